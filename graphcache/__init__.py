@@ -1,0 +1,92 @@
+"""graphcache: compile a TensorFlow graph once, load it everywhere.
+
+    import graphcache
+    cache = graphcache.GraphCache()
+    compiled = cache.compile(graph_def, fetches=["Identity:0"], feeds=["input:0"])
+    with compiled.session() as sess:
+        sess.run("Identity:0", {"input:0": x})
+
+Names are imported lazily (PEP 562): ``import graphcache`` is cheap, and the CLI's file-management
+commands never import TensorFlow.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+from typing import TYPE_CHECKING, Any
+
+from .errors import (
+    CacheDirError,
+    CacheIOError,
+    CorruptEntryError,
+    GraphCacheError,
+    GraphCacheWarning,
+    InvalidGraphError,
+    UnsupportedGraphError,
+)
+
+try:
+    __version__ = _version("graphcache")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0.0.0"
+
+_LAZY = {
+    "GraphCache": "graphcache.cache",
+    "CompiledGraph": "graphcache.compiled",
+    "ExperimentalConfig": "graphcache.config",
+    "Session": "graphcache.session",
+    "Stats": "graphcache.stats",
+    "CacheDir": "graphcache.cachedir",
+}
+
+if TYPE_CHECKING:
+    from .cache import GraphCache
+    from .cachedir import CacheDir
+    from .compiled import CompiledGraph
+    from .config import ExperimentalConfig
+    from .session import Session
+    from .stats import Stats
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'graphcache' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def fingerprint(graph: Any, fetches: Any, feeds: Any = (), targets: Any = (), *, options: Any = None,
+                identity_salt: str | None = None) -> str:
+    """The cache key ``GraphCache.compile`` would use for these arguments (32 hex characters)."""
+    from . import graphs, identity, keys, settings
+    from .compilers import GrapplerCompiler
+
+    source = graphs.load(graph)
+    view = graphs.GraphView(source.graph_def, graphs.Signature.create(fetches, feeds, targets))
+    keys.options_bytes(options)
+    backend = GrapplerCompiler()
+    salt = settings.resolve_str(identity_salt, settings.ENV_IDENTITY_SALT)
+    return keys.compute(view, options, identity.compiler_identity(salt, backend.name, backend.options())).key
+
+
+__all__ = [
+    "CacheDir",
+    "CacheDirError",
+    "CacheIOError",
+    "CompiledGraph",
+    "CorruptEntryError",
+    "ExperimentalConfig",
+    "GraphCache",
+    "GraphCacheError",
+    "GraphCacheWarning",
+    "InvalidGraphError",
+    "Session",
+    "Stats",
+    "UnsupportedGraphError",
+    "__version__",
+    "fingerprint",
+]

@@ -1,0 +1,367 @@
+"""GraphCache: the path of one compile.
+
+    graph in -> load + signature (InvalidGraphError) -> resource scan (UnsupportedGraphError)
+      -> fingerprint -> store.read(key) -> decode (format, checksum, key)
+           hit  -> CompiledGraph(hit=True)
+           miss -> striped key lock (single flight) -> read again -> validate (import) -> Grappler
+                   -> encode -> atomic write -> index row + counters
+
+Fail open: any cache failure (I/O, corrupt entry, lock timeout, index trouble) warns once per process
+and kind of failure, is counted, and the graph is compiled normally. ``strict=True`` raises instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import threading
+import time
+import warnings
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import filelock
+from google.protobuf import message as _pb_message
+from tensorflow.core.framework import graph_pb2
+
+from . import codec, graphs, identity, keys, settings
+from .cachedir import CacheDir, row_from_header
+from .compiled import CompiledGraph
+from .compilers import Compiler, GrapplerCompiler
+from .errors import (
+    CacheDirError,
+    CacheIOError,
+    CorruptEntryError,
+    GraphCacheWarning,
+    InvalidGraphError,
+    UnsupportedGraphError,
+)
+from .graphs import GraphView, Signature
+from .index import CacheIndex, IndexRow
+from .stats import UNCACHEABLE_PREFIX, Stats
+from .store import LocalStore
+from .versioning import PurgeResult, purge_stale_versions
+
+log = logging.getLogger("graphcache")
+
+CACHEDIR_TAG = "CACHEDIR.TAG"
+_CACHEDIR_TAG_TEXT = (
+    "Signature: 8a477f597d28d172789f06886806bc55\n"
+    "# This file is a cache directory tag created by graphcache.\n"
+    "# For information about cache directory tags see https://bford.info/cachedir/\n"
+)
+# Errors that mean "the cache's storage failed", as opposed to a bug or a bad graph.
+_STORAGE_ERRORS = (OSError, sqlite3.Error)
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_once(kind: str, message: str) -> None:
+    """Emit a GraphCacheWarning the first time a kind of failure happens in this process."""
+    with _warned_lock:
+        if kind in _warned:
+            log.debug("graphcache: %s", message)
+            return
+        _warned.add(kind)
+    warnings.warn(message, GraphCacheWarning, stacklevel=3)
+
+
+def _resolve_cache_dir(cache_dir: str | os.PathLike[str] | None) -> Path:
+    if cache_dir is not None:
+        path = Path(cache_dir).expanduser()
+        if not path.is_dir():
+            raise CacheDirError(
+                f"cache dir {str(path)!r} does not exist or is not a directory: create it, or pass "
+                f"cache_dir=None to use ${settings.ENV_DIR} or the user cache dir", str(path))
+        return path
+    path = settings.default_cache_dir()
+    if not path.is_dir():
+        try:
+            path.mkdir(parents=True, mode=0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise CacheDirError(f"cannot create cache dir {str(path)!r}: {exc.strerror or exc}", str(path)) from None
+    return path
+
+
+class GraphCache:
+    """A content-addressed cache of compiled TensorFlow graphs in one directory.
+
+    Safe to share between threads and between processes.
+    """
+
+    def __init__(
+        self,
+        cache_dir: str | os.PathLike[str] | None = None,
+        *,
+        strict: bool | None = None,
+        read_only: bool | None = None,
+        identity_salt: str | None = None,
+        on_version_change: str = "purge",
+        stale_after: float | timedelta | str | None = None,
+        lock_timeout: float | str | None = None,
+        compiler: Compiler | None = None,
+    ) -> None:
+        if on_version_change not in ("purge", "keep"):
+            raise ValueError(f"on_version_change={on_version_change!r}: use 'purge' or 'keep'")
+        self.strict = settings.resolve_flag(strict, settings.ENV_STRICT)
+        self.read_only = settings.resolve_flag(read_only, settings.ENV_READ_ONLY)
+        self.disabled = settings.disabled()
+        self.identity_salt = settings.resolve_str(identity_salt, settings.ENV_IDENTITY_SALT)
+        self.on_version_change = on_version_change
+        self.stale_after = settings.resolve_duration(stale_after, settings.ENV_STALE_AFTER,
+                                                     settings.DEFAULT_STALE_AFTER)
+        self.lock_timeout = settings.resolve_duration(lock_timeout, settings.ENV_LOCK_TIMEOUT,
+                                                      settings.DEFAULT_LOCK_TIMEOUT)
+        self.compiler = compiler or GrapplerCompiler()
+        self.cache_dir = _resolve_cache_dir(cache_dir)
+        self.dir: CacheDir | None = None
+        self.store = LocalStore(self.cache_dir, read_only=self.read_only)
+        self._identity: dict[str, Any] | None = None
+        self._identity_lock = threading.Lock()
+        self.version = identity.version_id(identity.compiler_version(self.identity_salt))
+        self.index: CacheIndex | None = None
+        self.last_purge = PurgeResult(0, 0, ())
+        if not self.disabled:
+            self._open()
+
+    # -- opening -------------------------------------------------------------------------------------------
+    def _open(self) -> None:
+        try:
+            self.dir = CacheDir(self.cache_dir, read_only=self.read_only)
+            self.index = self.dir.index
+            if self.read_only or self.index is None:
+                return
+            tag = self.cache_dir / CACHEDIR_TAG
+            if not tag.exists():
+                tag.write_text(_CACHEDIR_TAG_TEXT)
+            if self.index.created_now:
+                self.dir.reconcile()
+            self.index.record_version(self.version, identity.compiler_version(self.identity_salt))
+            if self.on_version_change == "purge":
+                self.last_purge = purge_stale_versions(self.index, self.store, self.version, self.stale_after)
+            self.store.remove_stray_temp_files()
+        except _STORAGE_ERRORS as exc:
+            self._failure("io_error", "opening the cache", exc)
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """The full compiler identity (computing the device kind needs TensorFlow's device list)."""
+        with self._identity_lock:
+            if self._identity is None:
+                self._identity = identity.compiler_identity(self.identity_salt, self.compiler.name,
+                                                            self.compiler.options())
+            return self._identity
+
+    # -- failure handling ----------------------------------------------------------------------------------
+    def _count(self, **deltas: float) -> None:
+        if self.index is None or self.read_only:
+            return
+        try:
+            self.index.add_counters(deltas)
+        except _STORAGE_ERRORS as exc:
+            warn_once("stats", f"graphcache: could not update stats in {self.cache_dir}: {exc}")
+
+    def _count_uncacheable(self, reason: str, errors: int = 0) -> None:
+        self._count(**{UNCACHEABLE_PREFIX + reason: 1, "errors": errors})
+
+    def _failure(self, reason: str, what: str, exc: BaseException) -> None:
+        """A cache failure: raise in strict mode, else warn once, count, and carry on without the cache."""
+        if self.strict:
+            raise CacheIOError(f"graphcache: {what} failed: {type(exc).__name__}: {exc}") from exc
+        warn_once(reason, f"graphcache: {what} failed in {self.cache_dir} ({type(exc).__name__}: {exc}); "
+                          "compiling without the cache")
+        self._count_uncacheable(reason, errors=1)
+
+    # -- compile -------------------------------------------------------------------------------------------
+    def compile(self, graph: Any, fetches: Any, feeds: Any = (), targets: Any = (), *, options: Any = None,
+                name: str | None = None) -> CompiledGraph:
+        """Compile ``graph`` for the given signature through the cache.
+
+        ``graph``: a GraphDef, a tf.Graph, serialized bytes or a .pb/.pbtxt path. ``options``: a
+        tf.compat.v1.ConfigProto whose graph_options (rewriter options) are passed to Grappler.
+        """
+        start = time.perf_counter()
+        try:
+            source = graphs.load(graph)
+            signature = Signature.create(fetches, feeds, targets)
+            view = GraphView(source.graph_def, signature)
+            keys.options_bytes(options)  # type-check options early
+        except (InvalidGraphError, TypeError) as exc:
+            self._count_uncacheable("invalid_graph")
+            if isinstance(exc, TypeError):
+                raise InvalidGraphError(str(exc)) from None
+            raise
+        label = name or ",".join(signature.fetches + signature.targets)[:120]
+        try:
+            view.check_supported()
+        except UnsupportedGraphError:
+            self._count_uncacheable("resource_ops")
+            raise
+        if self.disabled:
+            self._count_uncacheable("disabled")
+            graph_def, seconds = self._compile_now(source, signature, options)
+            return CompiledGraph("", False, graph_def, seconds, label, signature)
+
+        fp = keys.compute(view, options, self.identity, name=label)
+        compiled = self._load(fp.key, signature, label)
+        if compiled is None:
+            compiled = self._compile_single_flight(fp, source, signature, options, label)
+        log.info("graphcache %s %s key=%s %.3fs", "hit" if compiled.hit else "miss", label, fp.key,
+                 time.perf_counter() - start)
+        return compiled
+
+    def compile_without_cache(self, graph: Any, fetches: Any, feeds: Any = (), targets: Any = (), *,
+                              options: Any = None, name: str | None = None) -> CompiledGraph:
+        """Compile with the same backend, bypassing the store (no key, nothing read or written)."""
+        source = graphs.load(graph)
+        signature = Signature.create(fetches, feeds, targets)
+        GraphView(source.graph_def, signature)  # validates the signature's names
+        graph_def, seconds = self._compile_now(source, signature, options)
+        return CompiledGraph("", False, graph_def, seconds, name or ",".join(signature.fetches), signature)
+
+    def _compile_single_flight(self, fp: keys.Fingerprint, source: graphs.Source, signature: Signature,
+                               options: Any, label: str) -> CompiledGraph:
+        if self.read_only:
+            self._count(misses=1)
+            self._count_uncacheable("read_only")
+            graph_def, seconds = self._compile_now(source, signature, options)
+            return CompiledGraph(fp.key, False, graph_def, seconds, label, signature)
+        try:
+            lock = self.store.lock_for(fp.key, self.lock_timeout)
+            lock.acquire()
+        except filelock.Timeout as exc:
+            self._failure("lock_timeout", f"waiting {self.lock_timeout:.0f}s for the compile lock", exc)
+            lock = None
+        except _STORAGE_ERRORS as exc:
+            self._failure("io_error", "taking the compile lock", exc)
+            lock = None
+        try:
+            if lock is not None:
+                compiled = self._load(fp.key, signature, label)  # another process may have compiled it
+                if compiled is not None:
+                    return compiled
+            self._count(misses=1)
+            graph_def, seconds = self._compile_now(source, signature, options)
+            if lock is not None:
+                self._save(fp, graph_def, seconds, signature, label)
+            return CompiledGraph(fp.key, False, graph_def, seconds, label, signature)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _compile_now(self, source: graphs.Source, signature: Signature, options: Any
+                     ) -> tuple[graph_pb2.GraphDef, float]:
+        start = time.perf_counter()
+        tf_graph = source.tf_graph if source.tf_graph is not None else validate(source.graph_def, signature)
+        graph_def = self.compiler.compile(source.graph_def, tf_graph, signature, options)
+        keys.canonical_function_names(graph_def)
+        return graph_def, time.perf_counter() - start
+
+    # -- store access --------------------------------------------------------------------------------------
+    def _load(self, key: str, signature: Signature, label: str) -> CompiledGraph | None:
+        try:
+            data = self.store.read(key)
+        except _STORAGE_ERRORS as exc:
+            self._failure("io_error", f"reading entry {key}", exc)
+            return None
+        if data is None:
+            return None
+        try:
+            header, payload = codec.decode(data, key)
+            graph_def = graph_pb2.GraphDef.FromString(payload)
+        except (CorruptEntryError, _pb_message.DecodeError) as exc:
+            self._corrupt(key, exc)
+            return None
+        self._count(hits=1, saved_seconds=header.compile_seconds)
+        self._touch(key, header, len(data))
+        return CompiledGraph(key, True, graph_def, header.compile_seconds, header.name or label, signature)
+
+    def _corrupt(self, key: str, exc: BaseException) -> None:
+        if self.strict:
+            raise CacheIOError(f"graphcache: entry {key} is corrupt: {exc}") from exc
+        warn_once("corrupt_entry", f"graphcache: entry {key} in {self.cache_dir} is corrupt ({exc}); "
+                                   "removed it and compiling again")
+        self._count_uncacheable("corrupt_entry", errors=1)
+        if not self.read_only:
+            with contextlib.suppress(*_STORAGE_ERRORS):
+                self.store.quarantine(key)
+                if self.index is not None:
+                    self.index.remove([key])
+
+    def _touch(self, key: str, header: codec.EntryHeader, size: int) -> None:
+        if self.index is None or self.read_only:
+            return
+        try:
+            if not self.index.touch(key):
+                self.index.upsert(row_from_header(header, size, time.time()))
+        except _STORAGE_ERRORS as exc:
+            warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
+
+    def _save(self, fp: keys.Fingerprint, graph_def: graph_pb2.GraphDef, seconds: float,
+              signature: Signature, label: str) -> None:
+        header = codec.EntryHeader(
+            key=fp.key, version=self.version, identity=self.identity, name=label, kind="graph",
+            created=time.time(), compile_seconds=seconds, key_parts=fp.parts, extra=signature.as_dict())
+        try:
+            data = codec.encode(header, graph_def.SerializeToString())
+            self.store.write(fp.key, data)
+        except _STORAGE_ERRORS as exc:
+            self._failure("io_error", f"writing entry {fp.key}", exc)
+            return
+        self._count(compiles=1, compile_seconds=seconds, bytes_written=len(data))
+        if self.index is not None:
+            try:
+                self.index.upsert(row_from_header(header, len(data), header.created))
+            except _STORAGE_ERRORS as exc:
+                warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
+
+    # -- management (delegated to the TF-free CacheDir) ------------------------------------------------------
+    def _management(self) -> CacheDir:
+        if self.dir is None:
+            self.dir = CacheDir(self.cache_dir, read_only=self.read_only)
+            self.index = self.dir.index
+        return self.dir
+
+    def stats(self) -> Stats:
+        return self._management().stats(current_version=self.version)
+
+    def entries(self) -> list[IndexRow]:
+        return self._management().entries()
+
+    def purge(self, keys: list[str] | None = None, *, all: bool = False, stale: bool = False) -> PurgeResult:
+        """Remove entries: the given keys, every entry (``all``), or those of other versions (``stale``)."""
+        return self._management().purge(keys, all=all, stale=stale, current_version=self.version)
+
+    def clear(self) -> PurgeResult:
+        return self._management().purge(all=True)
+
+    def verify(self, fix: bool = False) -> list[tuple[str, str]]:
+        """Check every entry's format and checksum: a list of (key, problem). ``fix`` removes bad ones."""
+        return self._management().verify(fix=fix)
+
+    def __repr__(self) -> str:
+        return f"GraphCache({str(self.cache_dir)!r}, version={self.version!r})"
+
+
+def validate(graph_def: graph_pb2.GraphDef, signature: Signature):
+    """Import the graph into a fresh tf.Graph (catching what would abort Grappler) and check the signature."""
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    try:
+        with graph.as_default():
+            tf.graph_util.import_graph_def(graph_def, name="")
+    except Exception as exc:  # import reports bad graphs as ValueError, TypeError, KeyError, OpError...
+        raise InvalidGraphError(f"the graph does not import into TensorFlow: {exc}") from None
+    for name in (*signature.feeds, *signature.fetches):
+        try:
+            graph.get_tensor_by_name(name)
+        except (KeyError, ValueError) as exc:
+            raise InvalidGraphError(f"{name!r} is not a tensor of the graph: {exc}") from None
+    return graph

@@ -1,0 +1,121 @@
+"""CacheDir: one cache directory's files, index and counters, managed without TensorFlow.
+
+The CLI's ``ls``, ``stats``, ``show``, ``purge`` and ``verify`` work through this class only, so they
+never import TensorFlow (which alone takes over 2 s to import). The current compiler version comes
+from the index's manifest (the version most recently opened by a GraphCache).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+
+from . import codec
+from .errors import CorruptEntryError
+from .index import CacheIndex, IndexRow
+from .stats import Stats
+from .store import LocalStore
+from .versioning import PurgeResult, purge_stale_versions
+
+
+def row_from_header(header: codec.EntryHeader, size: int, last_used: float) -> IndexRow:
+    from .identity import identity_id
+
+    return IndexRow(
+        key=header.key, name=header.name, kind=header.kind, size=size, created=header.created,
+        last_used=last_used, version=header.version,
+        identity=identity_id(header.identity) if header.identity else "",
+        compile_seconds=header.compile_seconds)
+
+
+class CacheDir:
+    """The files of a cache dir. ``index`` is None when the index cannot be opened (the cache fails open)."""
+
+    def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False,
+                 index: CacheIndex | None = None) -> None:
+        self.root = Path(root)
+        self.read_only = read_only
+        self.store = LocalStore(self.root, read_only=read_only)
+        self.index = index if index is not None else CacheIndex(self.root, read_only=read_only)
+        if not self.index.available:
+            self.index = None
+
+    def current_version(self) -> str:
+        """The version most recently opened here ('' when none ever was)."""
+        if self.index is None:
+            return ""
+        versions = self.index.versions()
+        return max(versions, key=lambda v: versions[v][1]) if versions else ""
+
+    def reconcile(self) -> tuple[int, int]:
+        """Bring the index in line with the entry files: (rows added, rows dropped)."""
+        if self.index is None:
+            return (0, 0)
+        on_disk = {f.key: f for f in self.store.scan()}
+        indexed = {row.key for row in self.index.rows()}
+        added = 0
+        latest: dict[str, float] = {}
+        for key in on_disk.keys() - indexed:
+            try:
+                header = codec.read_header(on_disk[key].path)
+            except (CorruptEntryError, OSError):
+                continue  # verify() reports and removes it
+            if header.key != key:
+                continue
+            self.index.upsert(row_from_header(header, on_disk[key].size, on_disk[key].mtime))
+            latest[header.version] = max(latest.get(header.version, 0.0), on_disk[key].mtime)
+            added += 1
+        known = self.index.versions()
+        for version, when in latest.items():
+            if version not in known:
+                self.index.record_version(version, {"recovered": True}, when)
+        missing = indexed - on_disk.keys()
+        self.index.remove(missing)
+        return added, len(missing)
+
+    def stats(self, current_version: str | None = None) -> Stats:
+        version = current_version if current_version is not None else self.current_version()
+        if self.index is None:
+            return Stats.from_counters(0, 0, {}, version)
+        entries, size = self.index.totals()
+        return Stats.from_counters(entries, size, self.index.counters(), version)
+
+    def entries(self) -> list[IndexRow]:
+        return [] if self.index is None else self.index.rows(order="last_used DESC")
+
+    def purge(self, keys: list[str] | None = None, *, all: bool = False, stale: bool = False,
+              current_version: str | None = None) -> PurgeResult:
+        """Remove the given keys, every entry (``all``), or every entry of another version (``stale``)."""
+        if self.index is None:
+            return PurgeResult(0, 0, ())
+        if stale:
+            version = current_version if current_version is not None else self.current_version()
+            return purge_stale_versions(self.index, self.store, version, 0.0, now=time.time() + 1)
+        rows = self.index.rows() if all else [r for k in keys or [] if (r := self.index.get(k))]
+        freed = sum(self.store.delete(row.key) for row in rows)
+        self.index.remove(row.key for row in rows)
+        self.index.add_counters({"bytes_evicted": freed})
+        return PurgeResult(len(rows), freed, ())
+
+    def verify(self, fix: bool = False) -> list[tuple[str, str]]:
+        """Check every entry's format and checksum: a list of (key, problem). ``fix`` removes bad ones."""
+        bad: list[tuple[str, str]] = []
+        for stored in self.store.scan():
+            try:
+                with open(stored.path, "rb") as fh:
+                    codec.decode(fh.read(), stored.key)
+            except CorruptEntryError as exc:
+                bad.append((stored.key, str(exc)))
+            except FileNotFoundError:
+                continue
+        if fix:
+            for key, _ in bad:
+                with contextlib.suppress(FileNotFoundError):
+                    self.store.quarantine(key)
+            if self.index is not None:
+                self.index.remove(key for key, _ in bad)
+                self.reconcile()
+            self.store.remove_stray_temp_files()
+        return bad

@@ -1,0 +1,99 @@
+"""The Grappler backend: TensorFlow's meta-optimizer run offline, as a session would run it.
+
+``tf_optimizer.OptimizeGraph`` without a cluster builds Grappler's default (single-machine) cluster,
+which cost 1.87 s on the first call for ResNet50. A virtual cluster described by its devices is built
+once per process and costs almost nothing; the rewriters that matter (pruning, constant folding,
+remapping, arithmetic, layout) do not measure the hardware, they read its description.
+
+Feeds are declared to Grappler through a signature with dtypes and shapes: an undeclared fed tensor that
+is not a placeholder can be folded away. Fetches and targets go into the ``train_op`` collection, so
+Grappler keeps them and prunes everything else.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from tensorflow.core.framework import graph_pb2
+from tensorflow.core.protobuf import config_pb2, device_properties_pb2, meta_graph_pb2
+
+from ..errors import InvalidGraphError
+from ..graphs import Signature
+from .base import Compiler
+
+_CPU_DEVICE = "/job:localhost/replica:0/task:0/device:CPU:0"
+
+
+class GrapplerCompiler(Compiler):
+    name = "grappler"
+
+    def __init__(self) -> None:
+        self._cluster = None
+        self._lock = threading.Lock()
+
+    def options(self) -> dict[str, Any]:
+        return {"cluster": "virtual"}
+
+    def _devices(self) -> list[device_properties_pb2.NamedDevice]:
+        import tensorflow as tf
+
+        devices = [device_properties_pb2.NamedDevice(
+            name=_CPU_DEVICE,
+            properties=device_properties_pb2.DeviceProperties(
+                type="CPU", num_cores=os.cpu_count() or 1, frequency=2000, memory_size=2**34),
+        )]
+        try:
+            gpus = tf.config.list_physical_devices("GPU")
+        except Exception:
+            gpus = []
+        for index, gpu in enumerate(gpus):
+            details = tf.config.experimental.get_device_details(gpu)
+            cc = details.get("compute_capability") or (0, 0)
+            devices.append(device_properties_pb2.NamedDevice(
+                name=f"/job:localhost/replica:0/task:0/device:GPU:{index}",
+                properties=device_properties_pb2.DeviceProperties(
+                    type="GPU", vendor="NVIDIA", model=details.get("device_name", ""),
+                    frequency=1500, num_cores=100, memory_size=2**34,
+                    environment={"architecture": f"{cc[0]}.{cc[1]}"}),
+            ))
+        return devices
+
+    def _virtual_cluster(self):
+        from tensorflow.python.grappler import cluster as gcluster
+
+        if self._cluster is None:
+            self._cluster = gcluster.Cluster(devices=self._devices())
+        return self._cluster
+
+    def compile(self, graph_def: graph_pb2.GraphDef, tf_graph: Any, signature: Signature,
+                config: Any = None) -> graph_pb2.GraphDef:
+        from tensorflow.python.grappler import tf_optimizer
+
+        metagraph = meta_graph_pb2.MetaGraphDef()
+        metagraph.graph_def.CopyFrom(graph_def)
+        keep = metagraph.collection_def["train_op"].node_list.value
+        keep.extend(signature.roots())
+        spec = metagraph.signature_def["graphcache"]
+        for index, name in enumerate(signature.feeds):
+            tensor = tf_graph.get_tensor_by_name(name)
+            if tensor.dtype.base_dtype.as_datatype_enum == 0:
+                raise InvalidGraphError(f"feed {name!r} has no dtype")
+            info = spec.inputs[f"feed{index}"]
+            info.name = name
+            info.dtype = tensor.dtype.base_dtype.as_datatype_enum
+            info.tensor_shape.CopyFrom(tensor.shape.as_proto())
+        for index, name in enumerate(signature.fetches):
+            tensor = tf_graph.get_tensor_by_name(name)
+            info = spec.outputs[f"fetch{index}"]
+            info.name = name
+            info.dtype = tensor.dtype.base_dtype.as_datatype_enum
+            info.tensor_shape.CopyFrom(tensor.shape.as_proto())
+        config = config if config is not None else config_pb2.ConfigProto()
+        with self._lock:  # one Grappler run at a time per cluster object
+            try:
+                return tf_optimizer.OptimizeGraph(config, metagraph, verbose=False,
+                                                  cluster=self._virtual_cluster())
+            except Exception as exc:  # Grappler reports bad graphs as InvalidArgumentError and friends
+                raise InvalidGraphError(f"Grappler could not compile the graph: {exc}") from exc

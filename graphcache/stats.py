@@ -1,0 +1,62 @@
+"""Persistent counters shared by every process on a cache dir (stored in the index's ``counters`` table).
+
+Uncacheable lookups are counted by reason, from this fixed set:
+
+- ``resource_ops``: the graph holds non-variable resource state (tables, iterators, queues, ...)
+- ``invalid_graph``: the input was not a usable graph or signature
+- ``lock_timeout``: the compile lock was not obtained in time; compiled without the cache
+- ``read_only``: a miss in read-only mode (compiled, not stored)
+- ``io_error``: the store failed (read, write, index); compiled without the cache
+- ``corrupt_entry``: an entry failed its checks; it was removed and recompiled
+- ``disabled``: ``GRAPHCACHE_DISABLE=1``
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+REASONS = ("resource_ops", "invalid_graph", "lock_timeout", "read_only", "io_error", "corrupt_entry", "disabled")
+UNCACHEABLE_PREFIX = "uncacheable."
+COUNTERS = ("hits", "misses", "compiles", "compile_seconds", "saved_seconds", "bytes_written", "bytes_evicted",
+            "errors")
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A snapshot of a cache dir: its entries and its counters."""
+
+    entries: int
+    bytes: int
+    hits: int
+    misses: int
+    compiles: int
+    compile_seconds: float
+    saved_seconds: float
+    bytes_written: int
+    bytes_evicted: int
+    errors: int
+    uncacheable: dict[str, int] = field(default_factory=dict)
+    identity: str = ""
+
+    @property
+    def hit_rate(self) -> float | None:
+        lookups = self.hits + self.misses
+        return self.hits / lookups if lookups else None
+
+    @classmethod
+    def from_counters(cls, entries: int, size: int, counters: dict[str, float], identity: str = "") -> Stats:
+        uncacheable = {reason: int(counters.get(UNCACHEABLE_PREFIX + reason, 0)) for reason in REASONS}
+        return cls(
+            entries=entries,
+            bytes=size,
+            hits=int(counters.get("hits", 0)),
+            misses=int(counters.get("misses", 0)),
+            compiles=int(counters.get("compiles", 0)),
+            compile_seconds=float(counters.get("compile_seconds", 0.0)),
+            saved_seconds=float(counters.get("saved_seconds", 0.0)),
+            bytes_written=int(counters.get("bytes_written", 0)),
+            bytes_evicted=int(counters.get("bytes_evicted", 0)),
+            errors=int(counters.get("errors", 0)),
+            uncacheable=uncacheable,
+            identity=identity,
+        )

@@ -1,0 +1,34 @@
+"""The storage interface: bytes in, bytes out, by key. Policies (eviction, versions, stats) live elsewhere."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    key: str
+    path: str
+    size: int
+    mtime: float
+
+
+class Store(abc.ABC):
+    """A key -> bytes store. ``read`` returns None for a missing key; races with deleters are misses."""
+
+    read_only: bool = False
+
+    @abc.abstractmethod
+    def read(self, key: str) -> bytes | None: ...
+
+    @abc.abstractmethod
+    def write(self, key: str, data: bytes) -> None: ...
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> int:
+        """Remove an entry; returns the bytes freed (0 if it was already gone)."""
+
+    @abc.abstractmethod
+    def scan(self) -> Iterator[StoredFile]: ...

@@ -1,0 +1,140 @@
+"""The local store: one file per entry under ``entries/<first 2 hex of key>/<key>.gce``.
+
+Writes go to a temp file in the same folder, flushed and fsynced, then ``os.replace``d onto the final
+name: a reader never sees a partial entry (pip's ``adjacent_tmp_file`` + ``replace``). Deletes race with
+readers harmlessly: POSIX keeps an open file readable after unlink, and a reader that loses the race
+sees a miss.
+
+Single-flight compiles use striped lock files ``locks/<2 hex>.lock`` (256 of them), created once and
+never deleted: unlinking a lock file would let waiters split across inodes (see filelock's _unix.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import filelock
+
+from .base import Store, StoredFile
+
+ENTRY_SUFFIX = ".gce"
+TMP_SUFFIX = ".tmp"
+ENTRIES_DIR = "entries"
+LOCKS_DIR = "locks"
+TMP_GRACE_SECONDS = 3600.0  # a temp file older than this belongs to a writer that died
+
+
+def is_key(text: str) -> bool:
+    return len(text) == 32 and all(c in "0123456789abcdef" for c in text)
+
+
+class LocalStore(Store):
+    def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False) -> None:
+        self.root = Path(root)
+        self.entries_dir = self.root / ENTRIES_DIR
+        self.locks_dir = self.root / LOCKS_DIR
+        self.read_only = read_only
+
+    # -- paths ---------------------------------------------------------------------------------------------
+    def path_for(self, key: str) -> Path:
+        return self.entries_dir / key[:2] / f"{key}{ENTRY_SUFFIX}"
+
+    def lock_for(self, key: str, timeout: float) -> filelock.FileLock:
+        """The striped lock guarding ``key``'s compile. Never deleted (see module docstring)."""
+        self.locks_dir.mkdir(parents=True, exist_ok=True)
+        return filelock.FileLock(str(self.locks_dir / f"{key[:2]}.lock"), timeout=timeout, thread_local=False)
+
+    # -- Store interface -----------------------------------------------------------------------------------
+    def read(self, key: str) -> bytes | None:
+        try:
+            with open(self.path_for(key), "rb") as fh:
+                return fh.read()
+        except FileNotFoundError:
+            return None
+
+    def write(self, key: str, data: bytes) -> None:
+        final = self.path_for(key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.parent / f".{key}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}"
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, final)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+
+    def delete(self, key: str) -> int:
+        path = self.path_for(key)
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:  # another process deleted it first: not an error
+            return 0
+        return size
+
+    def quarantine(self, key: str) -> None:
+        """Remove a bad entry file (a later compile writes a good one)."""
+        with contextlib.suppress(FileNotFoundError):
+            self.path_for(key).unlink()
+
+    def stat(self, key: str) -> StoredFile | None:
+        path = self.path_for(key)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return None
+        return StoredFile(key, str(path), st.st_size, st.st_mtime)
+
+    def scan(self) -> Iterator[StoredFile]:
+        """Every entry file (not temp files), in no particular order."""
+        try:
+            shards = list(os.scandir(self.entries_dir))
+        except FileNotFoundError:
+            return
+        for shard in shards:
+            if not shard.is_dir():
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                for item in os.scandir(shard.path):
+                    name = item.name
+                    if not name.endswith(ENTRY_SUFFIX) or not is_key(name[: -len(ENTRY_SUFFIX)]):
+                        continue
+                    with contextlib.suppress(FileNotFoundError):
+                        st = item.stat()
+                        yield StoredFile(name[: -len(ENTRY_SUFFIX)], item.path, st.st_size, st.st_mtime)
+
+    def stray_temp_files(self, older_than: float = TMP_GRACE_SECONDS) -> list[Path]:
+        """Temp files left by writers that died mid-write (older than the grace period)."""
+        cutoff = time.time() - older_than
+        found: list[Path] = []
+        try:
+            shards = list(os.scandir(self.entries_dir))
+        except FileNotFoundError:
+            return found
+        for shard in shards:
+            if not shard.is_dir():
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                for item in os.scandir(shard.path):
+                    if item.name.endswith(TMP_SUFFIX):
+                        with contextlib.suppress(FileNotFoundError):
+                            if item.stat().st_mtime < cutoff:
+                                found.append(Path(item.path))
+        return found
+
+    def remove_stray_temp_files(self, older_than: float = TMP_GRACE_SECONDS) -> int:
+        removed = 0
+        for path in self.stray_temp_files(older_than):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed += 1
+        return removed
