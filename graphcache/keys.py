@@ -81,7 +81,16 @@ class _Canonicalizer:
             signature = type(fdef.signature)()
             signature.CopyFrom(fdef.signature)
             signature.name = ""
+            # Argument names carry tracing counters too (``while_34_0``): hash them by position.
+            arg_names = {arg.name: f"in{i}" for i, arg in enumerate(signature.input_arg)}
+            out_names = {arg.name: f"out{i}" for i, arg in enumerate(signature.output_arg)}
+            for arg in signature.input_arg:
+                arg.name = arg_names[arg.name]
+            for arg in signature.output_arg:
+                arg.name = out_names[arg.name]
             _update(hasher, signature.SerializeToString(deterministic=True))
+            body_ops = {node.name: node.op for node in fdef.node_def}
+            rename_input = self._body_input_renamer(arg_names, body_ops)
             for key in sorted(fdef.attr):
                 if key not in DROPPED_ATTRS:
                     _update(hasher, key.encode())
@@ -95,10 +104,11 @@ class _Canonicalizer:
                 _update(hasher, arg.SerializeToString(deterministic=True))
             for index in sorted(fdef.resource_arg_unique_id):
                 _update(hasher, f"res{index}={fdef.resource_arg_unique_id[index]}".encode())
-            _update(hasher, json.dumps(sorted(fdef.ret.items())).encode())
+            ret = sorted((out_names.get(k, k), rename_input(v)) for k, v in fdef.ret.items())
+            _update(hasher, json.dumps(ret).encode())
             _update(hasher, json.dumps(sorted(fdef.control_ret.items())).encode())
             for node in sorted(fdef.node_def, key=lambda n: n.name):
-                self.hash_node(hasher, node)
+                self.hash_node(hasher, node, rename_input)
             gradient = self.gradients.get(name)
             if gradient:
                 _update(hasher, b"gradient=" + self.function_name(gradient).encode())
@@ -126,10 +136,31 @@ class _Canonicalizer:
             self._rename_in_attr(attr)
         return attr.SerializeToString(deterministic=True)
 
-    def hash_node(self, hasher: Any, node: node_def_pb2.NodeDef) -> None:
+    def _body_input_renamer(self, arg_names: dict[str, str], body_ops: dict[str, str]):
+        """Rewrite a function-body input string with positional argument and callee-output names."""
+
+        def rename(text: str) -> str:
+            control = text.startswith("^")
+            name = text[1:] if control else text
+            if name in arg_names:
+                name = arg_names[name]
+            else:
+                node, _, rest = name.partition(":")
+                callee = self.functions.get(body_ops.get(node, ""))
+                if callee is not None and rest:
+                    out_arg, _, index = rest.partition(":")
+                    outputs = [a.name for a in callee.signature.output_arg]
+                    if out_arg in outputs:
+                        name = f"{node}:out{outputs.index(out_arg)}" + (f":{index}" if index else "")
+            return ("^" if control else "") + name
+
+        return rename
+
+    def hash_node(self, hasher: Any, node: node_def_pb2.NodeDef, rename_input: Any = None) -> None:
         canon = node_def_pb2.NodeDef(name=node.name, op=self.function_name(node.op), device=node.device)
-        data_inputs = [i for i in node.input if not i.startswith("^")]
-        control_inputs = sorted({i for i in node.input if i.startswith("^")})
+        inputs = [rename_input(i) for i in node.input] if rename_input else list(node.input)
+        data_inputs = [i for i in inputs if not i.startswith("^")]
+        control_inputs = sorted({i for i in inputs if i.startswith("^")})
         canon.input.extend(data_inputs + control_inputs)
         large: list[bytes] = []
         for key in sorted(node.attr):

@@ -1,0 +1,61 @@
+"""Fixtures: a fresh cache dir per test, and real frozen Keras models built once per session."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("GRAPHCACHE_SLOW_TESTS") == "1" or "slow" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: set GRAPHCACHE_SLOW_TESTS=1 (make test-all) to run")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch, tmp_path):
+    """No test reads the user's cache dir or settings; warn-once state is per test."""
+    for name in list(os.environ):
+        if name.startswith("GRAPHCACHE_") and name != "GRAPHCACHE_SLOW_TESTS":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("GRAPHCACHE_DIR", str(tmp_path / "default-cache"))
+    from graphcache import cache as cache_module
+
+    cache_module._warned.clear()
+    warnings.simplefilter("default")
+    yield
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    path = tmp_path / "cache"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def cache(cache_dir):
+    from graphcache import GraphCache
+
+    return GraphCache(cache_dir, strict=False)
+
+
+@pytest.fixture(scope="session")
+def mlp():
+    from graphcache import models
+
+    return models.freeze_keras("mlp")
+
+
+@pytest.fixture(scope="session")
+def cnn():
+    from graphcache import models
+
+    return models.freeze_keras("cnn")

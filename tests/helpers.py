@@ -1,0 +1,59 @@
+"""Shared test helpers: real subprocesses and small real graphs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float = 300) -> dict:
+    """Run ``code`` in a fresh Python process; it must print one JSON object as its last stdout line."""
+    full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT), **(env or {})}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=full_env, timeout=timeout, cwd=ROOT)
+    if proc.returncode != 0:
+        raise AssertionError(f"child failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    return json.loads(lines[-1])
+
+
+CONTROL_FLOW_MODEL = '''
+def build_control_flow_graph():
+    """A frozen tf.function with a while loop, a cond and a nested function: its library functions get
+    process-wide counters in their names."""
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    w = tf.Variable(np.arange(16, dtype=np.float32).reshape(4, 4) / 10.0, name="w")
+
+    @tf.function
+    def inner(x):
+        return tf.nn.relu(tf.matmul(x, w))
+
+    @tf.function(input_signature=[tf.TensorSpec([1, 4], tf.float32, name="x")])
+    def model(x):
+        def body(i, acc):
+            return i + 1, inner(acc) + 0.5
+        _, out = tf.while_loop(lambda i, acc: i < 3, body, [tf.constant(0), x])
+        return tf.cond(tf.reduce_sum(out) > 0.0, lambda: out * 2.0, lambda: out - 1.0)
+
+    frozen = convert_variables_to_constants_v2(model.get_concrete_function(), lower_control_flow=False)
+    return frozen.graph.as_graph_def(), [t.name for t in frozen.inputs], [t.name for t in frozen.outputs]
+'''
+
+NOISY_HISTORY = '''
+import tensorflow as tf
+for i in range(7):
+    @tf.function
+    def unrelated(a, i=i):
+        return tf.while_loop(lambda k: k < i, lambda k: k + 1, [a])
+    unrelated(tf.constant(0))
+    tf.function(lambda a: tf.cond(a > 0, lambda: a, lambda: -a)).get_concrete_function(tf.constant(1.0))
+'''
