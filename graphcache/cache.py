@@ -105,6 +105,8 @@ class GraphCache:
         on_version_change: str = "purge",
         stale_after: float | timedelta | str | None = None,
         lock_timeout: float | str | None = None,
+        max_size: int | str | None = None,
+        max_age: float | timedelta | str | None = None,
         compiler: Compiler | None = None,
     ) -> None:
         if on_version_change not in ("purge", "keep"):
@@ -118,6 +120,8 @@ class GraphCache:
                                                      settings.DEFAULT_STALE_AFTER)
         self.lock_timeout = settings.resolve_duration(lock_timeout, settings.ENV_LOCK_TIMEOUT,
                                                       settings.DEFAULT_LOCK_TIMEOUT)
+        self.max_size = settings.resolve_size(max_size, settings.ENV_MAX_SIZE, settings.DEFAULT_MAX_SIZE)
+        self.max_age = settings.resolve_optional_duration(max_age, settings.ENV_MAX_AGE)
         self.compiler = compiler or GrapplerCompiler()
         self.cache_dir = _resolve_cache_dir(cache_dir)
         self.dir: CacheDir | None = None
@@ -146,6 +150,8 @@ class GraphCache:
             if self.on_version_change == "purge":
                 self.last_purge = purge_stale_versions(self.index, self.store, self.version, self.stale_after)
             self.store.remove_stray_temp_files()
+            if self.max_age is not None:
+                self.dir.evict(max_age=self.max_age)
         except _STORAGE_ERRORS as exc:
             self._failure("io_error", "opening the cache", exc)
 
@@ -315,9 +321,10 @@ class GraphCache:
             self._failure("io_error", f"writing entry {fp.key}", exc)
             return
         self._count(compiles=1, compile_seconds=seconds, bytes_written=len(data))
-        if self.index is not None:
+        if self.index is not None and self.dir is not None:
             try:
                 self.index.upsert(row_from_header(header, len(data), header.created))
+                self.dir.evict(max_size=self.max_size, max_age=self.max_age, keep=fp.key)
             except _STORAGE_ERRORS as exc:
                 warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
 
@@ -329,7 +336,7 @@ class GraphCache:
         return self.dir
 
     def stats(self) -> Stats:
-        return self._management().stats(current_version=self.version)
+        return self._management().stats(current_version=self.version, max_size=self.max_size)
 
     def entries(self) -> list[IndexRow]:
         return self._management().entries()

@@ -75,12 +75,12 @@ class CacheDir:
         self.index.remove(missing)
         return added, len(missing)
 
-    def stats(self, current_version: str | None = None) -> Stats:
+    def stats(self, current_version: str | None = None, max_size: int | None = None) -> Stats:
         version = current_version if current_version is not None else self.current_version()
         if self.index is None:
-            return Stats.from_counters(0, 0, {}, version)
+            return Stats.from_counters(0, 0, {}, version, max_size)
         entries, size = self.index.totals()
-        return Stats.from_counters(entries, size, self.index.counters(), version)
+        return Stats.from_counters(entries, size, self.index.counters(), version, max_size)
 
     def entries(self) -> list[IndexRow]:
         return [] if self.index is None else self.index.rows(order="last_used DESC")
@@ -98,6 +98,45 @@ class CacheDir:
         self.index.remove(row.key for row in rows)
         self.index.add_counters({"bytes_evicted": freed})
         return PurgeResult(len(rows), freed, ())
+
+    def evict(self, *, max_size: int | None = None, max_age: float | None = None, keep: str = "",
+              now: float | None = None) -> PurgeResult:
+        """Remove entries unused for ``max_age`` seconds, then the least recently used until the total
+        is at most ``max_size`` bytes. ``keep`` (the entry just written) is never chosen.
+
+        Incremental: it reads the index's totals and walks the LRU order only as far as it must; the
+        store itself is never scanned.
+        """
+        if self.index is None:
+            return PurgeResult(0, 0, ())
+        now = time.time() if now is None else now
+        chosen: dict[str, IndexRow] = {}
+        if max_age is not None and max_age > 0:
+            for row in self.index.rows("last_used < ?", (now - max_age,)):
+                if row.key != keep:
+                    chosen[row.key] = row
+        if max_size is not None:
+            _, total = self.index.totals()
+            total -= sum(row.size for row in chosen.values())
+            offset, batch = 0, 64
+            while total > max_size:
+                rows = self.index.least_recently_used(batch, offset)
+                if not rows:
+                    break
+                offset += len(rows)
+                for row in rows:
+                    if total <= max_size:
+                        break
+                    if row.key == keep or row.key in chosen:
+                        continue
+                    chosen[row.key] = row
+                    total -= row.size
+        if not chosen:
+            return PurgeResult(0, 0, ())
+        freed = sum(self.store.delete(key) for key in chosen)
+        self.index.remove(chosen)
+        self.index.add_counters({"bytes_evicted": freed, "evictions": len(chosen)})
+        return PurgeResult(len(chosen), freed, ())
 
     def verify(self, fix: bool = False) -> list[tuple[str, str]]:
         """Check every entry's format and checksum: a list of (key, problem). ``fix`` removes bad ones."""

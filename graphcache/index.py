@@ -155,6 +155,11 @@ class CacheIndex:
             sql += f" ORDER BY {order}"
         return [IndexRow(*r) for r in self._query(sql, params)]
 
+    def least_recently_used(self, limit: int, offset: int = 0) -> list[IndexRow]:
+        """The ``limit`` entries used longest ago (an index range scan, not a scan of the store)."""
+        return [IndexRow(*r) for r in self._query(
+            f"SELECT {_ROW_COLUMNS} FROM entries ORDER BY last_used ASC, key ASC LIMIT ? OFFSET ?", (limit, offset))]
+
     def get(self, key: str) -> IndexRow | None:
         found = self.rows("key=?", (key,))
         return found[0] if found else None

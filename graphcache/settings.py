@@ -21,8 +21,11 @@ ENV_IDENTITY_SALT = "GRAPHCACHE_IDENTITY_SALT"
 ENV_LOCK_TIMEOUT = "GRAPHCACHE_LOCK_TIMEOUT"
 ENV_STALE_AFTER = "GRAPHCACHE_STALE_AFTER"
 ENV_DEBUG = "GRAPHCACHE_DEBUG"
+ENV_MAX_SIZE = "GRAPHCACHE_MAX_SIZE"
+ENV_MAX_AGE = "GRAPHCACHE_MAX_AGE"
 
 DEFAULT_LOCK_TIMEOUT = 600.0  # seconds; a compile of a large graph can take minutes
+DEFAULT_MAX_SIZE = 10 * 2**30  # 10 GiB
 DEFAULT_STALE_AFTER = 86400.0  # seconds: a version unused for a day is purged by the next other version
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -79,6 +82,24 @@ def resolve_duration(explicit: str | float | int | timedelta | None, env_name: s
         return parse_duration(explicit)
     raw = os.environ.get(env_name)
     return default if raw in (None, "") else parse_duration(raw)
+
+
+def resolve_size(explicit: int | str | None, env_name: str, default: int) -> int:
+    """Bytes from an int, or a string with a unit (``500MB``, ``10GiB``), argument > environment > default."""
+    from .filters import parse_size
+
+    if explicit is not None:
+        return explicit if isinstance(explicit, int) else parse_size(str(explicit))
+    raw = os.environ.get(env_name)
+    return default if raw in (None, "") else parse_size(raw)
+
+
+def resolve_optional_duration(explicit: str | float | int | timedelta | None, env_name: str) -> float | None:
+    """Like resolve_duration, but None (off) when neither the argument nor the environment sets it."""
+    if explicit is not None:
+        return parse_duration(explicit)
+    raw = os.environ.get(env_name)
+    return None if raw in (None, "") else parse_duration(raw)
 
 
 def resolve_str(explicit: str | None, env_name: str, default: str = "") -> str:

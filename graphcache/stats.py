@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 REASONS = ("resource_ops", "invalid_graph", "lock_timeout", "read_only", "io_error", "corrupt_entry", "disabled")
 UNCACHEABLE_PREFIX = "uncacheable."
 COUNTERS = ("hits", "misses", "compiles", "compile_seconds", "saved_seconds", "bytes_written", "bytes_evicted",
-            "errors")
+            "evictions", "errors")
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,8 @@ class Stats:
     errors: int
     uncacheable: dict[str, int] = field(default_factory=dict)
     identity: str = ""
+    evictions: int = 0
+    max_size: int | None = None
 
     @property
     def hit_rate(self) -> float | None:
@@ -44,7 +46,8 @@ class Stats:
         return self.hits / lookups if lookups else None
 
     @classmethod
-    def from_counters(cls, entries: int, size: int, counters: dict[str, float], identity: str = "") -> Stats:
+    def from_counters(cls, entries: int, size: int, counters: dict[str, float], identity: str = "",
+                      max_size: int | None = None) -> Stats:
         uncacheable = {reason: int(counters.get(UNCACHEABLE_PREFIX + reason, 0)) for reason in REASONS}
         return cls(
             entries=entries,
@@ -59,4 +62,6 @@ class Stats:
             errors=int(counters.get("errors", 0)),
             uncacheable=uncacheable,
             identity=identity,
+            evictions=int(counters.get("evictions", 0)),
+            max_size=max_size,
         )
