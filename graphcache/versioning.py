@@ -38,6 +38,8 @@ def purge_stale_versions(index: CacheIndex, store: LocalStore, current: str, sta
         index.remove(row.key for row in rows)
         count += len(rows)
         index.forget_version(version)
+    if freed:
+        index.add_counters({"bytes_evicted": freed})
     if stale:
         log.info("graphcache: purged %d entries (%d bytes) of stale compiler versions %s", count, freed,
                  ", ".join(stale))
