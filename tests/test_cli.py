@@ -215,7 +215,7 @@ def test_stats_json(cache):
     data = invoke_json(["stats"], cache)
     assert data["entries"] == 5
     assert data["bytes"] == sum(cache.size(name) for name in SPECS)
-    assert data["max_size"] is None
+    assert data["max_size"] == 10 * 2**30  # the default cap (GRAPHCACHE_MAX_SIZE unset)
     assert (data["hits"], data["misses"], data["compiles"], data["errors"]) == (3, 1, 1, 0)
     assert (data["compile_seconds"], data["saved_seconds"]) == (12.5, 30.0)
     assert data["hit_rate"] == 0.75
