@@ -254,6 +254,7 @@ class GraphCache:
                     return compiled
             self._count(misses=1)
             graph_def, seconds = self._compile_now(source, signature, options)
+            self._count(compiles=1, compile_seconds=seconds)
             if lock is not None:
                 self._save(fp, graph_def, seconds, signature, label)
             return CompiledGraph(fp.key, False, graph_def, seconds, label, signature)
@@ -270,7 +271,13 @@ class GraphCache:
         return graph_def, time.perf_counter() - start
 
     # -- store access --------------------------------------------------------------------------------------
-    def _load(self, key: str, signature: Signature, label: str) -> CompiledGraph | None:
+    # read_entry / write_entry are the one path to the store for every kind of entry (graphs, and the
+    # kinds later features add): checks, fail-open handling, index rows and counters live here only.
+    def read_entry(self, key: str) -> tuple[codec.EntryHeader, bytes] | None:
+        """A verified entry's header and payload, or None (missing, unreadable or corrupt: fail open).
+
+        Records the use (LRU) but no hit: the caller counts a hit once the payload proved usable.
+        """
         try:
             data = self.store.read(key)
         except _STORAGE_ERRORS as exc:
@@ -280,15 +287,33 @@ class GraphCache:
             return None
         try:
             header, payload = codec.decode(data, key)
-            graph_def = graph_pb2.GraphDef.FromString(payload)
-        except (CorruptEntryError, _pb_message.DecodeError) as exc:
-            self._corrupt(key, exc)
+        except CorruptEntryError as exc:
+            self.discard_corrupt(key, exc)
             return None
-        self._count(hits=1, saved_seconds=header.compile_seconds)
         self._touch(key, header, len(data))
-        return CompiledGraph(key, True, graph_def, header.compile_seconds, header.name or label, signature)
+        return header, payload
 
-    def _corrupt(self, key: str, exc: BaseException) -> None:
+    def write_entry(self, header: codec.EntryHeader, payload: bytes) -> bool:
+        """Store an entry atomically, index it and enforce the size cap; False when it could not be stored."""
+        if self.read_only or self.disabled:
+            return False
+        try:
+            data = codec.encode(header, payload)
+            self.store.write(header.key, data)
+        except _STORAGE_ERRORS as exc:
+            self._failure("io_error", f"writing entry {header.key}", exc)
+            return False
+        self._count(bytes_written=len(data))
+        if self.index is not None and self.dir is not None:
+            try:
+                self.index.upsert(row_from_header(header, len(data), header.created))
+                self.dir.evict(max_size=self.max_size, max_age=self.max_age, keep=header.key)
+            except _STORAGE_ERRORS as exc:
+                warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
+        return True
+
+    def discard_corrupt(self, key: str, exc: BaseException) -> None:
+        """An entry failed a check: raise (strict) or warn once, count, and remove it so it is rebuilt."""
         if self.strict:
             raise CacheIOError(f"graphcache: entry {key} is corrupt: {exc}") from exc
         warn_once("corrupt_entry", f"graphcache: entry {key} in {self.cache_dir} is corrupt ({exc}); "
@@ -309,24 +334,25 @@ class GraphCache:
         except _STORAGE_ERRORS as exc:
             warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
 
+    def _load(self, key: str, signature: Signature, label: str) -> CompiledGraph | None:
+        entry = self.read_entry(key)
+        if entry is None:
+            return None
+        header, payload = entry
+        try:
+            graph_def = graph_pb2.GraphDef.FromString(payload)
+        except _pb_message.DecodeError as exc:
+            self.discard_corrupt(key, exc)
+            return None
+        self._count(hits=1, saved_seconds=header.compile_seconds)
+        return CompiledGraph(key, True, graph_def, header.compile_seconds, header.name or label, signature)
+
     def _save(self, fp: keys.Fingerprint, graph_def: graph_pb2.GraphDef, seconds: float,
               signature: Signature, label: str) -> None:
         header = codec.EntryHeader(
             key=fp.key, version=self.version, identity=self.identity, name=label, kind="graph",
             created=time.time(), compile_seconds=seconds, key_parts=fp.parts, extra=signature.as_dict())
-        try:
-            data = codec.encode(header, graph_def.SerializeToString())
-            self.store.write(fp.key, data)
-        except _STORAGE_ERRORS as exc:
-            self._failure("io_error", f"writing entry {fp.key}", exc)
-            return
-        self._count(compiles=1, compile_seconds=seconds, bytes_written=len(data))
-        if self.index is not None and self.dir is not None:
-            try:
-                self.index.upsert(row_from_header(header, len(data), header.created))
-                self.dir.evict(max_size=self.max_size, max_age=self.max_age, keep=fp.key)
-            except _STORAGE_ERRORS as exc:
-                warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
+        self.write_entry(header, graph_def.SerializeToString())
 
     # -- management (delegated to the TF-free CacheDir) ------------------------------------------------------
     def _management(self) -> CacheDir:
