@@ -367,9 +367,12 @@ class GraphCache:
     def entries(self) -> list[IndexRow]:
         return self._management().entries()
 
-    def purge(self, keys: list[str] | None = None, *, all: bool = False, stale: bool = False) -> PurgeResult:
-        """Remove entries: the given keys, every entry (``all``), or those of other versions (``stale``)."""
-        return self._management().purge(keys, all=all, stale=stale, current_version=self.version)
+    def purge(self, keys: list[str] | None = None, *, all: bool = False, stale: bool = False,
+              older_than: float | str | None = None, max_size: int | str | None = None,
+              filters: list[str] | tuple[str, ...] = (), dry_run: bool = False) -> PurgeResult:
+        """Remove entries, with the CLI's selections (see CacheDir.plan_purge); returns what was freed."""
+        return self._management().purge(keys, all=all, stale=stale, older_than=older_than, max_size=max_size,
+                                        filters=filters, current_version=self.version, dry_run=dry_run)
 
     def clear(self) -> PurgeResult:
         return self._management().purge(all=True)

@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from . import codec
 from .errors import CorruptEntryError
+from .filters import Filter, apply_filters, parse_filter, parse_size
 from .index import CacheIndex, IndexRow
 from .stats import Stats
 from .store import LocalStore
@@ -85,19 +87,61 @@ class CacheDir:
     def entries(self) -> list[IndexRow]:
         return [] if self.index is None else self.index.rows(order="last_used DESC")
 
-    def purge(self, keys: list[str] | None = None, *, all: bool = False, stale: bool = False,
-              current_version: str | None = None) -> PurgeResult:
-        """Remove the given keys, every entry (``all``), or every entry of another version (``stale``)."""
+    def plan_purge(self, keys: Iterable[str] | None = None, *, all: bool = False, stale: bool = False,
+                   older_than: float | str | None = None, max_size: int | str | None = None,
+                   filters: Iterable[str | Filter] = (), current_version: str | None = None,
+                   now: float | None = None) -> list[IndexRow]:
+        """The entries a purge with these selections would remove (the CLI's ``purge`` selections).
+
+        ``keys``: exact keys; ``all``; ``stale``: every version but the current; ``older_than``: last used
+        longer ago than this (seconds or ``7d``); ``max_size``: trim by LRU until at most this many bytes
+        remain (``5GB``); ``filters``: ``FIELD OP VALUE`` expressions. Selections given together must all
+        match (``older_than`` and ``filters`` narrow the others).
+        """
+        if self.index is None:
+            return []
+        now = time.time() if now is None else now
+        version = current_version if current_version is not None else self.current_version()
+        if keys is not None:
+            rows = [row for key in dict.fromkeys(keys) if (row := self.index.get(key)) is not None]
+        elif stale:
+            rows = self.index.rows("version != ?", (version,))
+        elif max_size is not None:
+            limit = max_size if isinstance(max_size, int) else parse_size(max_size)
+            rows, kept = [], 0
+            for row in self.index.rows(order="last_used DESC, key DESC"):
+                kept += row.size
+                if kept > limit:
+                    rows.append(row)
+        else:
+            rows = self.index.rows()
+            if not (all or older_than is not None or filters):
+                return []
+        conditions = [f if isinstance(f, Filter) else parse_filter(f) for f in filters]
+        if older_than is not None:
+            conditions.append(parse_filter(f"accessed>{older_than}s" if isinstance(older_than, int | float)
+                                           else f"accessed>{older_than}"))
+        return apply_filters(rows, conditions, now=now, current_version=version) if conditions else rows
+
+    def purge(self, keys: Iterable[str] | None = None, *, all: bool = False, stale: bool = False,
+              older_than: float | str | None = None, max_size: int | str | None = None,
+              filters: Iterable[str | Filter] = (), current_version: str | None = None,
+              dry_run: bool = False) -> PurgeResult:
+        """Remove the entries ``plan_purge`` selects; returns what was (or, with ``dry_run``, would be) freed."""
         if self.index is None:
             return PurgeResult(0, 0, ())
-        if stale:
+        filters = list(filters)
+        if stale and not filters and older_than is None and not dry_run:
             version = current_version if current_version is not None else self.current_version()
             return purge_stale_versions(self.index, self.store, version, 0.0, now=time.time() + 1)
-        rows = self.index.rows() if all else [r for k in keys or [] if (r := self.index.get(k))]
+        rows = self.plan_purge(keys, all=all, stale=stale, older_than=older_than, max_size=max_size,
+                               filters=filters, current_version=current_version)
+        if dry_run:
+            return PurgeResult(len(rows), sum(row.size for row in rows), (), tuple(row.key for row in rows))
         freed = sum(self.store.delete(row.key) for row in rows)
         self.index.remove(row.key for row in rows)
         self.index.add_counters({"bytes_evicted": freed})
-        return PurgeResult(len(rows), freed, ())
+        return PurgeResult(len(rows), freed, (), tuple(row.key for row in rows))
 
     def evict(self, *, max_size: int | None = None, max_age: float | None = None, keep: str = "",
               now: float | None = None) -> PurgeResult:

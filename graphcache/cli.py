@@ -51,6 +51,7 @@ from .filters import (
     apply_filters,
     format_size,
     parse_filter,
+    parse_size,
     parse_sort,
     sort_rows,
 )
@@ -321,6 +322,15 @@ def _parse_filters(_ctx: click.Context, _param: click.Parameter, values: Sequenc
 def _parse_sort(_ctx: click.Context, _param: click.Parameter, value: str | None) -> SortOrder | None:
     try:
         return parse_sort(value) if value is not None else None
+    except FilterError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _parse_size_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_size(value)
     except FilterError as exc:
         raise click.BadParameter(str(exc)) from None
 
@@ -615,16 +625,10 @@ def show_command(key: str, as_json: bool) -> None:
 
 
 def purge_plan(cache: CacheDir | None, *, everything: bool, stale: bool, keys: Sequence[str],
-               filters: Sequence[Filter], now: float) -> list[IndexRow]:
-    """The entries a purge would remove."""
+               filters: Sequence[Filter], max_size: int | None, now: float) -> list[IndexRow]:
+    """The entries a purge would remove (the selection itself is CacheDir.plan_purge, shared with the API)."""
     if cache is None or cache.index is None:
         return []
-    if everything:
-        return all_rows(cache)
-    if stale:
-        current = cache.current_version()
-        stale_versions = {v for v in cache.index.versions() if v != current}
-        return [row for row in all_rows(cache) if row.version in stale_versions]
     if keys:
         rows = []
         for key in dict.fromkeys(resolve_key(cache, k) for k in keys):
@@ -633,7 +637,7 @@ def purge_plan(cache: CacheDir | None, *, everything: bool, stale: bool, keys: S
                 raise CliError(f"entry {key} is unreadable and cannot be purged by key (run '{PROG} verify --fix')")
             rows.append(row)
         return rows
-    return select_rows(cache, filters, now)
+    return cache.plan_purge(all=everything, stale=stale, max_size=max_size, filters=filters, now=now)
 
 
 def confirm(count: int, yes: bool) -> None:
@@ -671,28 +675,32 @@ def remove(cache: CacheDir, rows: Sequence[IndexRow], *, stale: bool) -> tuple[l
 @click.option("--stale", is_flag=True, help="Remove the entries of every version other than the current one.")
 @click.option("--older-than", "older_than", callback=_parse_age, metavar="AGE",
               help="Remove entries last used more than AGE ago (90s, 30m, 12h, 7d, 2w).")
+@click.option("--max-size", "max_size", callback=_parse_size_option, metavar="SIZE",
+              help="Trim by LRU: remove the least recently used entries until at most SIZE remains (5GB).")
 @filter_option
 @click.option("--dry-run", is_flag=True, help="Show what would be removed, remove nothing.")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 @json_option
 @cache_dir_option
 def purge_command(keys: tuple[str, ...], everything: bool, stale: bool, older_than: Filter | None,
-                  filters: list[Filter], dry_run: bool, yes: bool, as_json: bool) -> None:
+                  max_size: int | None, filters: list[Filter], dry_run: bool, yes: bool, as_json: bool) -> None:
     """Remove entries: --all, --stale, --older-than/--filter (combined: all must match), or KEYS.
 
     KEYS may be unique prefixes. Asks for confirmation on a terminal; pass --yes otherwise.
     """
     filters = [*filters, *([older_than] if older_than else [])]
     selectors = [name for name, given in (("--all", everything), ("--stale", stale), ("KEYS", keys),
+                                          ("--max-size", max_size is not None),
                                           ("--older-than/--filter", filters)) if given]
     if not selectors:
-        raise usage_error("nothing selected: give --all, --stale, --older-than, --filter or KEYS")
+        raise usage_error("nothing selected: give --all, --stale, --older-than, --max-size, --filter or KEYS")
     if len(selectors) > 1:
         raise usage_error(f"{' and '.join(selectors)} cannot be combined")
     mode = output_mode(as_json)
     now = time.time()
     cache = open_cache(write=not dry_run, reconcile=True)
-    rows = purge_plan(cache, everything=everything, stale=stale, keys=keys, filters=filters, now=now)
+    rows = purge_plan(cache, everything=everything, stale=stale, keys=keys, filters=filters, max_size=max_size,
+                      now=now)
     planned = sum(row.size for row in rows)
     if not rows:
         message("Nothing to purge.")

@@ -21,9 +21,12 @@ log = logging.getLogger("graphcache")
 
 @dataclass(frozen=True)
 class PurgeResult:
+    """What a purge freed: entry count, bytes, the versions dropped (stale purges) and the keys removed."""
+
     entries: int
     bytes: int
     versions: tuple[str, ...]
+    keys: tuple[str, ...] = ()
 
 
 def purge_stale_versions(index: CacheIndex, store: LocalStore, current: str, stale_after: float,
@@ -31,11 +34,13 @@ def purge_stale_versions(index: CacheIndex, store: LocalStore, current: str, sta
     now = time.time() if now is None else now
     stale = [v for v, (_, last_open) in index.versions().items() if v != current and now - last_open >= stale_after]
     count = freed = 0
+    removed: list[str] = []
     for version in stale:
         rows = index.rows("version = ?", (version,))
         for row in rows:
             freed += store.delete(row.key)
         index.remove(row.key for row in rows)
+        removed.extend(row.key for row in rows)
         count += len(rows)
         index.forget_version(version)
     if freed:
@@ -43,4 +48,4 @@ def purge_stale_versions(index: CacheIndex, store: LocalStore, current: str, sta
     if stale:
         log.info("graphcache: purged %d entries (%d bytes) of stale compiler versions %s", count, freed,
                  ", ".join(stale))
-    return PurgeResult(count, freed, tuple(stale))
+    return PurgeResult(count, freed, tuple(stale), tuple(removed))
