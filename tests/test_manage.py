@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from click.testing import CliRunner
 
@@ -38,8 +39,7 @@ def test_purge_stale_removes_exactly_other_versions(tmp_path):
     cache = _fill(tmp_path, 3, version="old-version")
     (tmp_path / "empty").mkdir()
     assert _fill(tmp_path / "empty", 0).purge(stale=True).entries == 0
-    cache.index.record_version("old-version", {}, 100.0)
-    cache.index.record_version("current-version", {}, 200.0)
+    cache.index.record_version("current-version", {}, time.time() + 60)  # opened after old-version
     result = cache.purge(stale=True)
     assert result.entries == 3 and result.versions == ("old-version",)
     assert cache.stats().bytes_evicted == result.bytes > 0
