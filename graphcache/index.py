@@ -5,6 +5,7 @@ It holds what must be cheap to query or exact under concurrency:
 - ``entries``: one row per entry file (size, created, last used, version, name): LRU order, listings and
   per-version purges without opening every file. The entry files stay the source of truth: a missing
   or stale row is repaired from the file's own header (``reconcile``).
+- ``totals``: entry count and bytes, kept by triggers, so the size-cap check on every put is O(1).
 - ``counters``: the persistent stats (hits, misses, compiles, ...), incremented in transactions so
   concurrent processes never lose a count.
 - ``versions``: the manifest of compiler versions seen, each with its last-open time and description;
@@ -44,6 +45,22 @@ CREATE TABLE IF NOT EXISTS entries (
 );
 CREATE INDEX IF NOT EXISTS entries_by_last_used ON entries(last_used);
 CREATE INDEX IF NOT EXISTS entries_by_version ON entries(version);
+CREATE TABLE IF NOT EXISTS totals (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    entries INTEGER NOT NULL,
+    bytes INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO totals (id, entries, bytes)
+    SELECT 0, COUNT(*), COALESCE(SUM(size), 0) FROM entries;
+CREATE TRIGGER IF NOT EXISTS entries_added AFTER INSERT ON entries BEGIN
+    UPDATE totals SET entries = entries + 1, bytes = bytes + NEW.size WHERE id = 0;
+END;
+CREATE TRIGGER IF NOT EXISTS entries_removed AFTER DELETE ON entries BEGIN
+    UPDATE totals SET entries = entries - 1, bytes = bytes - OLD.size WHERE id = 0;
+END;
+CREATE TRIGGER IF NOT EXISTS entries_resized AFTER UPDATE OF size ON entries BEGIN
+    UPDATE totals SET bytes = bytes - OLD.size + NEW.size WHERE id = 0;
+END;
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS versions (
     version TEXT PRIMARY KEY,
@@ -89,10 +106,9 @@ class CacheIndex:
                                          isolation_level=None)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
-            with self.transaction() as conn:
-                for statement in _SCHEMA.strip().split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
+            with self._lock:
+                # executescript commits on its own; the schema is idempotent (IF NOT EXISTS everywhere)
+                self._conn.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
 
     @property
     def available(self) -> bool:
@@ -129,7 +145,10 @@ class CacheIndex:
     def upsert(self, row: IndexRow) -> None:
         with self.transaction() as conn:
             conn.execute(
-                f"INSERT OR REPLACE INTO entries ({_ROW_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)",
+                f"INSERT INTO entries ({_ROW_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
+                "name=excluded.name, kind=excluded.kind, size=excluded.size, created=excluded.created, "
+                "last_used=excluded.last_used, version=excluded.version, identity=excluded.identity, "
+                "compile_seconds=excluded.compile_seconds",
                 (row.key, row.name, row.kind, row.size, row.created, row.last_used, row.version,
                  row.identity, row.compile_seconds),
             )
@@ -166,7 +185,7 @@ class CacheIndex:
 
     def totals(self) -> tuple[int, int]:
         """(entry count, total bytes)."""
-        rows = self._query("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM entries")
+        rows = self._query("SELECT entries, bytes FROM totals WHERE id = 0")
         return (int(rows[0][0]), int(rows[0][1])) if rows else (0, 0)
 
     # -- counters ------------------------------------------------------------------------------------------

@@ -117,3 +117,18 @@ def test_concurrent_counters_are_exact(tmp_path):
     assert stats.hits == 400
     assert stats.compile_seconds == pytest.approx(200.0)
     assert stats.uncacheable["io_error"] == 800
+
+
+def test_index_totals_follow_inserts_updates_and_deletes(tmp_path):
+    cache = _fill(tmp_path, 5)
+    index = cache.index
+
+    def summed():
+        rows = index.rows()
+        return len(rows), sum(r.size for r in rows)
+
+    assert index.totals() == summed()
+    row = index.get(_key(0))
+    index.upsert(row.__class__(**{**row.__dict__, "size": row.size + 123}))  # re-put of one key
+    index.remove([_key(1), _key(2), "f" * 32])
+    assert index.totals() == summed() and index.totals()[0] == 3
