@@ -39,13 +39,19 @@ _LAZY = {
     "Session": "graphcache.session",
     "Stats": "graphcache.stats",
     "CacheDir": "graphcache.cachedir",
+    "load_saved_model": "graphcache.saved_model",
+    "SavedModelFunction": "graphcache.saved_model",
+    "export_bundle": "graphcache.bundles",
+    "import_bundle": "graphcache.bundles",
 }
 
 if TYPE_CHECKING:
+    from .bundles import export_bundle, import_bundle
     from .cache import GraphCache
     from .cachedir import CacheDir
     from .compiled import CompiledGraph
     from .config import ExperimentalConfig
+    from .saved_model import SavedModelFunction, load_saved_model
     from .session import Session
     from .stats import Stats
 
@@ -84,9 +90,13 @@ __all__ = [
     "GraphCacheError",
     "GraphCacheWarning",
     "InvalidGraphError",
+    "SavedModelFunction",
     "Session",
     "Stats",
     "UnsupportedGraphError",
     "__version__",
+    "export_bundle",
     "fingerprint",
+    "import_bundle",
+    "load_saved_model",
 ]

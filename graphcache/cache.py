@@ -27,7 +27,7 @@ import filelock
 from google.protobuf import message as _pb_message
 from tensorflow.core.framework import graph_pb2
 
-from . import codec, graphs, identity, keys, settings
+from . import codec, graphs, identity, keys, safety, settings
 from .cachedir import CacheDir, row_from_header
 from .compiled import CompiledGraph
 from .compilers import Compiler, GrapplerCompiler
@@ -38,11 +38,12 @@ from .errors import (
     GraphCacheWarning,
     InvalidGraphError,
     UnsupportedGraphError,
+    UntrustedEntryError,
 )
 from .graphs import GraphView, Signature
 from .index import CacheIndex, IndexRow
 from .stats import UNCACHEABLE_PREFIX, Stats
-from .store import LocalStore
+from .store import LocalStore, RemoteStore, TieredStore
 from .versioning import PurgeResult, purge_stale_versions
 
 log = logging.getLogger("graphcache")
@@ -68,6 +69,13 @@ def warn_once(kind: str, message: str) -> None:
             return
         _warned.add(kind)
     warnings.warn(message, GraphCacheWarning, stacklevel=3)
+
+
+def _is_read_only_fs(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def _resolve_cache_dir(cache_dir: str | os.PathLike[str] | None) -> Path:
@@ -108,6 +116,11 @@ class GraphCache:
         max_size: int | str | None = None,
         max_age: float | timedelta | str | None = None,
         compiler: Compiler | None = None,
+        remote: str | None = None,
+        remote_read_only: bool | None = None,
+        remote_timeout: float | str | None = None,
+        remote_retry_after: float | str | None = None,
+        remote_options: dict[str, Any] | None = None,
     ) -> None:
         if on_version_change not in ("purge", "keep"):
             raise ValueError(f"on_version_change={on_version_change!r}: use 'purge' or 'keep'")
@@ -123,15 +136,41 @@ class GraphCache:
         self.max_size = settings.resolve_size(max_size, settings.ENV_MAX_SIZE, settings.DEFAULT_MAX_SIZE)
         self.max_age = settings.resolve_optional_duration(max_age, settings.ENV_MAX_AGE)
         self.compiler = compiler or GrapplerCompiler()
+        # entries are signed and checked with this key when set (HMAC-SHA256, codec.py); never logged
+        self._signing_key = settings.resolve_str(None, settings.ENV_SIGNING_KEY).encode() or None
         self.cache_dir = _resolve_cache_dir(cache_dir)
         self.dir: CacheDir | None = None
         self.store = LocalStore(self.cache_dir, read_only=self.read_only)
         self._identity: dict[str, Any] | None = None
         self._identity_lock = threading.Lock()
         self.version = identity.version_id(identity.compiler_version(self.identity_salt))
+        # The remote tier (store/tiered.py): read-through, background write-through, fail open.
+        remote_url = settings.resolve_str(remote, settings.ENV_REMOTE).strip()
+        self.remote: RemoteStore | None = None
+        if remote_url and not self.disabled:
+            self.remote = RemoteStore(
+                remote_url, version=self.version, options=remote_options,
+                timeout=settings.resolve_duration(remote_timeout, settings.ENV_REMOTE_TIMEOUT,
+                                                  settings.DEFAULT_REMOTE_TIMEOUT),
+                read_only=settings.resolve_flag(remote_read_only, settings.ENV_REMOTE_READ_ONLY))
+            self.store = TieredStore(
+                self.store, self.remote, store_fetched=self.write_entry, count=self._count, warn=warn_once,
+                verify=lambda data, key: codec.decode(data, key, signing_key=self._signing_key),
+                retry_after=settings.resolve_duration(remote_retry_after, settings.ENV_REMOTE_RETRY_AFTER,
+                                                      settings.DEFAULT_REMOTE_RETRY_AFTER))
         self.index: CacheIndex | None = None
         self.last_purge = PurgeResult(0, 0, ())
-        if not self.disabled:
+        if not self.disabled and not self.read_only and not os.access(self.cache_dir, os.W_OK):
+            # A read-only mount (or someone else's dir): serve hits, store nothing, say so once.
+            reason = "read-only file system" if _is_read_only_fs(self.cache_dir) else "permission denied"
+            warn_once("read_only", f"graphcache: cache dir {self.cache_dir} is not writable ({reason}): serving "
+                                   "hits only, nothing is stored; pass read_only=True (GRAPHCACHE_READ_ONLY=1) "
+                                   "to say so and silence this")
+            self.read_only = True
+            self.store.read_only = True
+        if not self.disabled and not self.read_only:
+            # read-only: the hit path needs no index (no last-use updates, no counters); management
+            # calls open it lazily, so a read-only mount is never written, not even SQLite's -shm file
             self._open()
 
     # -- opening -------------------------------------------------------------------------------------------
@@ -215,9 +254,9 @@ class GraphCache:
             return CompiledGraph("", False, graph_def, seconds, label, signature)
 
         fp = keys.compute(view, options, self.identity, name=label)
-        compiled = self._load(fp.key, signature, label)
+        compiled = self._load(fp.key, view, label)
         if compiled is None:
-            compiled = self._compile_single_flight(fp, source, signature, options, label)
+            compiled = self._compile_single_flight(fp, source, view, options, label)
         log.info("graphcache %s %s key=%s %.3fs", "hit" if compiled.hit else "miss", label, fp.key,
                  time.perf_counter() - start)
         return compiled
@@ -231,8 +270,9 @@ class GraphCache:
         graph_def, seconds = self._compile_now(source, signature, options)
         return CompiledGraph("", False, graph_def, seconds, name or ",".join(signature.fetches), signature)
 
-    def _compile_single_flight(self, fp: keys.Fingerprint, source: graphs.Source, signature: Signature,
+    def _compile_single_flight(self, fp: keys.Fingerprint, source: graphs.Source, view: GraphView,
                                options: Any, label: str) -> CompiledGraph:
+        signature = view.signature
         if self.read_only:
             self._count(misses=1)
             self._count_uncacheable("read_only")
@@ -249,7 +289,7 @@ class GraphCache:
             lock = None
         try:
             if lock is not None:
-                compiled = self._load(fp.key, signature, label)  # another process may have compiled it
+                compiled = self._load(fp.key, view, label)  # another process may have compiled it
                 if compiled is not None:
                     return compiled
             self._count(misses=1)
@@ -265,7 +305,7 @@ class GraphCache:
     def _compile_now(self, source: graphs.Source, signature: Signature, options: Any
                      ) -> tuple[graph_pb2.GraphDef, float]:
         start = time.perf_counter()
-        tf_graph = source.tf_graph if source.tf_graph is not None else validate(source.graph_def, signature)
+        tf_graph = source.tf_graph if source.tf_graph is not None else graphs.validate(source.graph_def, signature)
         graph_def = self.compiler.compile(source.graph_def, tf_graph, signature, options)
         keys.canonical_function_names(graph_def)
         return graph_def, time.perf_counter() - start
@@ -286,7 +326,10 @@ class GraphCache:
         if data is None:
             return None
         try:
-            header, payload = codec.decode(data, key)
+            header, payload = codec.decode(data, key, signing_key=self._signing_key)
+        except UntrustedEntryError as exc:
+            self.discard_untrusted(key, str(exc))
+            return None
         except CorruptEntryError as exc:
             self.discard_corrupt(key, exc)
             return None
@@ -298,7 +341,7 @@ class GraphCache:
         if self.read_only or self.disabled:
             return False
         try:
-            data = codec.encode(header, payload)
+            data = codec.encode(header, payload, signing_key=self._signing_key)
             self.store.write(header.key, data)
         except _STORAGE_ERRORS as exc:
             self._failure("io_error", f"writing entry {header.key}", exc)
@@ -325,6 +368,19 @@ class GraphCache:
                 if self.index is not None:
                     self.index.remove([key])
 
+    def discard_untrusted(self, key: str, why: str) -> None:
+        """An entry that decodes but must not be used (poisoned, unsigned): warn once, count, remove, rebuild."""
+        if self.strict:
+            raise CacheIOError(f"graphcache: entry {key} rejected: {why}")
+        warn_once("untrusted_entry", f"graphcache: entry {key} in {self.cache_dir} rejected: {why}; "
+                                     "removed it and compiling again")
+        self._count_uncacheable("untrusted_entry", errors=1)
+        if not self.read_only:
+            with contextlib.suppress(*_STORAGE_ERRORS):
+                self.store.quarantine(key)
+                if self.index is not None:
+                    self.index.remove([key])
+
     def _touch(self, key: str, header: codec.EntryHeader, size: int) -> None:
         if self.index is None or self.read_only:
             return
@@ -334,7 +390,7 @@ class GraphCache:
         except _STORAGE_ERRORS as exc:
             warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
 
-    def _load(self, key: str, signature: Signature, label: str) -> CompiledGraph | None:
+    def _load(self, key: str, view: GraphView, label: str) -> CompiledGraph | None:
         entry = self.read_entry(key)
         if entry is None:
             return None
@@ -344,8 +400,12 @@ class GraphCache:
         except _pb_message.DecodeError as exc:
             self.discard_corrupt(key, exc)
             return None
+        introduced = safety.introduced_ops(view.op_types(), graph_def)
+        if introduced:
+            self.discard_untrusted(key, f"it adds ops its source graph does not have: {', '.join(introduced)}")
+            return None
         self._count(hits=1, saved_seconds=header.compile_seconds)
-        return CompiledGraph(key, True, graph_def, header.compile_seconds, header.name or label, signature)
+        return CompiledGraph(key, True, graph_def, header.compile_seconds, header.name or label, view.signature)
 
     def _save(self, fp: keys.Fingerprint, graph_def: graph_pb2.GraphDef, seconds: float,
               signature: Signature, label: str) -> None:
@@ -353,6 +413,14 @@ class GraphCache:
             key=fp.key, version=self.version, identity=self.identity, name=label, kind="graph",
             created=time.time(), compile_seconds=seconds, key_parts=fp.parts, extra=signature.as_dict())
         self.write_entry(header, graph_def.SerializeToString())
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait (at most ``timeout`` seconds) for background uploads to the remote; True when none is pending.
+
+        Uploads are also waited for at interpreter exit (up to a minute); call this where a process must not
+        end before its entries are shared, e.g. at the end of a CI job that warms the remote.
+        """
+        return self.store.flush(timeout) if isinstance(self.store, TieredStore) else True
 
     # -- management (delegated to the TF-free CacheDir) ------------------------------------------------------
     def _management(self) -> CacheDir:
@@ -381,23 +449,12 @@ class GraphCache:
         """Check every entry's format and checksum: a list of (key, problem). ``fix`` removes bad ones."""
         return self._management().verify(fix=fix)
 
+    def close(self) -> None:
+        """Release the index connection (a closed cache reopens it lazily for management calls)."""
+        if self.index is not None:
+            self.index.close()
+        self.index = None
+        self.dir = None
+
     def __repr__(self) -> str:
         return f"GraphCache({str(self.cache_dir)!r}, version={self.version!r})"
-
-
-def validate(graph_def: graph_pb2.GraphDef, signature: Signature):
-    """Import the graph into a fresh tf.Graph (catching what would abort Grappler) and check the signature."""
-    import tensorflow as tf
-
-    graph = tf.Graph()
-    try:
-        with graph.as_default():
-            tf.graph_util.import_graph_def(graph_def, name="")
-    except Exception as exc:  # import reports bad graphs as ValueError, TypeError, KeyError, OpError...
-        raise InvalidGraphError(f"the graph does not import into TensorFlow: {exc}") from None
-    for name in (*signature.feeds, *signature.fetches):
-        try:
-            graph.get_tensor_by_name(name)
-        except (KeyError, ValueError) as exc:
-            raise InvalidGraphError(f"{name!r} is not a tensor of the graph: {exc}") from None
-    return graph

@@ -5,9 +5,10 @@
     dir          print the cache dir's path
     stats        entries, size, hit rate, counters, uncacheable lookups, current identity
     zero-stats   reset the counters
-    ls           list entries (filter, sort, limit; --json, -q)
+    ls           list entries (filter, sort, limit; --json, -q); --remote: the remote cache's entries
     show KEY     one entry's header (a unique key prefix is enough)
-    purge        remove entries: --all, --stale, --older-than, --filter, or KEYS
+    purge        remove entries: --all, --stale, --older-than, --filter, or KEYS; --remote (--all, --stale
+                 or KEYS) removes remote entries
     verify       check every entry's format and checksums; --fix removes bad ones
 
 Data (tables, JSON, keys) goes to stdout, messages, prompts and progress bars to stderr. Handlers raise;
@@ -58,7 +59,7 @@ from .filters import (
 from .identity import identity_id
 from .index import INDEX_FILE, IndexRow
 from .stats import Stats
-from .store import LocalStore
+from .store import LocalStore, RemoteFile, RemoteStore
 
 PROG = "graphcache"
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -462,6 +463,8 @@ def stats_json(stats: Stats, root: Path, versions: list[dict[str, Any]]) -> dict
         "compile_seconds": stats.compile_seconds, "saved_seconds": stats.saved_seconds,
         "bytes_written": stats.bytes_written, "bytes_evicted": stats.bytes_evicted, "errors": stats.errors,
         "uncacheable": dict(stats.uncacheable), "identity": stats.identity or None, "versions": versions,
+        "remote": remote_url() or None, "remote_hits": stats.remote_hits, "remote_errors": stats.remote_errors,
+        "uploads": stats.uploads, "upload_bytes": stats.upload_bytes,
     }
 
 
@@ -500,6 +503,12 @@ def stats_view(stats: Stats, root: Path, exists: bool, versions: list[dict[str, 
     uncacheable = [f"{reason} {count}" for reason, count in stats.uncacheable.items() if count]
     table.add_row("Uncacheable", ", ".join(uncacheable) or "none")
     table.add_row("Identity", stats.identity or "none recorded yet")
+    url = remote_url()
+    if url or stats.remote_hits or stats.remote_errors or stats.uploads:
+        table.add_row("Remote", url or "none configured")
+        table.add_row("Remote hits", str(stats.remote_hits))
+        table.add_row("Remote errors", str(stats.remote_errors))
+        table.add_row("Uploads", f"{stats.uploads} ({format_size(stats.upload_bytes)})")
     others = [v for v in versions if not v["current"]]
     if others:
         table.add_row("Other versions", "\n".join(
@@ -545,12 +554,19 @@ def zero_stats_command() -> None:
                    "[default: most recently used first].")
 @click.option("--limit", type=click.IntRange(min=0), metavar="N", help="Show at most N entries.")
 @filter_option
+@click.option("--remote", is_flag=True,
+              help=f"List the remote cache's entries (${settings.ENV_REMOTE}), every version, newest first.")
 @cache_dir_option
 def ls_command(as_json: bool, quiet: bool, order: SortOrder | None, limit: int | None,
-               filters: list[Filter]) -> None:
+               filters: list[Filter], remote: bool) -> None:
     """List entries."""
     mode = output_mode(as_json, quiet)
     now = time.time()
+    if remote:
+        if order is not None or filters:
+            raise usage_error("--sort and --filter apply to local entries only, not with --remote")
+        ls_remote(mode, limit, now)
+        return
     cache = open_cache()
     rows = select_rows(cache, filters, now)
     if order is not None:
@@ -563,6 +579,125 @@ def ls_command(as_json: bool, quiet: bool, order: SortOrder | None, limit: int |
         return
     emit(mode, data=[row_json(row) for row in rows], lines=lambda: (row.key for row in rows),
          human=lambda: entries_table(rows, now=now, current=current))
+
+
+# -- the remote cache --------------------------------------------------------------------------------------------
+def remote_url() -> str:
+    return settings.resolve_str(None, settings.ENV_REMOTE).strip()
+
+
+def open_remote() -> RemoteStore:
+    """The remote configured by the environment (the same settings GraphCache reads)."""
+    url = remote_url()
+    if not url:
+        raise CliError(f"no remote cache configured: set {settings.ENV_REMOTE} (e.g. s3://bucket/prefix)")
+    return RemoteStore(url, read_only=bool(settings.env_flag(settings.ENV_REMOTE_READ_ONLY)),
+                       timeout=settings.resolve_duration(None, settings.ENV_REMOTE_TIMEOUT,
+                                                         settings.DEFAULT_REMOTE_TIMEOUT))
+
+
+def remote_call(remote: RemoteStore, what: str, func: Callable[[], Any]) -> Any:
+    """``func()``, its backend errors (botocore's, aiohttp's, ...) reported as one line about the remote."""
+    try:
+        return func()
+    except (CliError, GraphCacheError):
+        raise
+    except Exception as exc:
+        if _debug():
+            traceback.print_exception(exc, file=sys.stderr)
+        raise CliError(f"{what} on the remote cache {remote.url} failed: {type(exc).__name__}: {exc}") from None
+
+
+def remote_files(remote: RemoteStore) -> list[RemoteFile]:
+    """Every remote entry, newest first."""
+    with spinner(f"Listing {remote.url}..."):
+        files = remote_call(remote, "listing", lambda: list(remote.scan()))
+    return sorted(files, key=lambda f: (-f.mtime, f.key))
+
+
+def remote_json(f: RemoteFile, current: str) -> dict[str, Any]:
+    return {"key": f.key, "version": f.version, "current": f.version == current, "size": f.size,
+            "last_modified": iso(f.mtime), "path": f.path}
+
+
+def remote_table(files: Sequence[RemoteFile], *, now: float, current: str) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
+    table.add_column("KEY", no_wrap=True, min_width=32)
+    table.add_column("VERSION", no_wrap=True)
+    table.add_column("SIZE", justify="right", no_wrap=True)
+    table.add_column("LAST MODIFIED", no_wrap=True)
+    for f in files:
+        table.add_row(f.key, Text(f.version, style="" if f.version == current else "dim"), format_size(f.size),
+                      ago(f.mtime, now))
+    return table
+
+
+def ls_remote(mode: Mode, limit: int | None, now: float) -> None:
+    remote = open_remote()
+    current = current_version(open_cache())
+    files = remote_files(remote)
+    if limit is not None:
+        files = files[:limit]
+    if mode is Mode.TABLE and not files:
+        message(f"No remote entries in {remote.url}.")
+        return
+    emit(mode, data=[remote_json(f, current) for f in files], lines=lambda: (f.key for f in files),
+         human=lambda: remote_table(files, now=now, current=current))
+
+
+def remote_purge_plan(remote: RemoteStore, *, everything: bool, stale: bool, keys: Sequence[str],
+                      current: str) -> list[RemoteFile]:
+    files = remote_files(remote)
+    if everything:
+        return files
+    if stale:
+        if not current:
+            raise CliError(f"no current version is recorded in {cache_root()}, so --stale cannot tell which remote "
+                           "version to keep (open the cache with GraphCache once, or name the KEYS)")
+        return [f for f in files if f.version != current]
+    chosen: set[str] = set()
+    for prefix in keys:
+        text = prefix.strip().lower()
+        if not _KEY_PREFIX.fullmatch(text):
+            raise CliError(f"{prefix!r} is not a cache key (32 hex digits, or a unique prefix of one)")
+        matches = {f.key for f in files if f.key.startswith(text)}
+        if not matches:
+            raise CliError(f"no remote entry matches key {prefix!r} in {remote.url}")
+        if len(matches) > 1:
+            raise CliError(f"key prefix {prefix!r} is ambiguous: it matches {len(matches)} remote entries; "
+                           "give more digits")
+        chosen |= matches
+    return [f for f in files if f.key in chosen]
+
+
+def purge_remote(*, everything: bool, stale: bool, keys: Sequence[str], dry_run: bool, yes: bool,
+                 mode: Mode, now: float) -> None:
+    """``purge --remote``: remove remote entries (every version's, or the stale versions' whole prefixes)."""
+    remote = open_remote()
+    current = current_version(open_cache())
+    files = remote_purge_plan(remote, everything=everything, stale=stale, keys=keys, current=current)
+    planned = sum(f.size for f in files)
+    data: dict[str, Any] = {"remote": remote.url, "removed": [f.key for f in files], "count": len(files),
+                            "bytes": planned, "dry_run": dry_run}
+    if not files:
+        message("Nothing to purge.")
+        emit(mode, data={**data, "removed": [], "count": 0, "bytes": 0}, human=lambda: None)
+        return
+    if dry_run:
+        message(f"Would remove {plural(len(files), 'remote entry', 'remote entries')}, freeing "
+                f"{format_size(planned)} (dry run: nothing removed).")
+        emit(mode, data=data, human=lambda: remote_table(files, now=now, current=current))
+        return
+    message(f"About to remove {plural(len(files), 'remote entry', 'remote entries')} ({format_size(planned)}) "
+            f"from {remote.url}.")
+    confirm(len(files), yes)
+    with spinner("Purging remote entries..."):
+        if stale:
+            count, freed = remote_call(remote, "purging", lambda: remote.remove_versions({f.version for f in files}))
+        else:
+            count, freed = remote_call(remote, "purging", lambda: remote.remove(files))
+    message(f"Removed {plural(count, 'remote entry', 'remote entries')}, freed {format_size(freed)}.")
+    emit(mode, data={**data, "count": count, "bytes": freed}, human=lambda: None)
 
 
 def entry_json(key: str, path: Path, header: codec.EntryHeader, row: IndexRow | None, current: str) -> dict[str, Any]:
@@ -680,10 +815,14 @@ def remove(cache: CacheDir, rows: Sequence[IndexRow], *, stale: bool) -> tuple[l
 @filter_option
 @click.option("--dry-run", is_flag=True, help="Show what would be removed, remove nothing.")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--remote", is_flag=True,
+              help=f"Purge the remote cache (${settings.ENV_REMOTE}) instead: --all, --stale (every version "
+                   "prefix but the current one) or KEYS.")
 @json_option
 @cache_dir_option
 def purge_command(keys: tuple[str, ...], everything: bool, stale: bool, older_than: Filter | None,
-                  max_size: int | None, filters: list[Filter], dry_run: bool, yes: bool, as_json: bool) -> None:
+                  max_size: int | None, filters: list[Filter], dry_run: bool, yes: bool, remote: bool,
+                  as_json: bool) -> None:
     """Remove entries: --all, --stale, --older-than/--filter (combined: all must match), or KEYS.
 
     KEYS may be unique prefixes. Asks for confirmation on a terminal; pass --yes otherwise.
@@ -698,6 +837,11 @@ def purge_command(keys: tuple[str, ...], everything: bool, stale: bool, older_th
         raise usage_error(f"{' and '.join(selectors)} cannot be combined")
     mode = output_mode(as_json)
     now = time.time()
+    if remote:
+        if filters or max_size is not None:
+            raise usage_error("--remote takes --all, --stale or KEYS")
+        purge_remote(everything=everything, stale=stale, keys=keys, dry_run=dry_run, yes=yes, mode=mode, now=now)
+        return
     cache = open_cache(write=not dry_run, reconcile=True)
     rows = purge_plan(cache, everything=everything, stale=stale, keys=keys, filters=filters, max_size=max_size,
                       now=now)
@@ -782,3 +926,9 @@ def verify_command(fix: bool, as_json: bool) -> None:
     if bad and not fix:
         raise CliError(f"{plural(len(bad), 'bad entry', 'bad entries')} found; run '{PROG} verify --fix' to "
                        "remove them")
+
+
+# -- sharing commands (warm, export, import) live in cli_share.py ----------------------------------------------
+from .cli_share import register as _register_share  # noqa: E402
+
+_register_share(cli)

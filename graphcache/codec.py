@@ -5,15 +5,19 @@ Layout (all integers little-endian)::
     offset  size  field
     0       8     magic  b"GRCACHE\\0"
     8       2     format version (FORMAT_VERSION)
-    10      2     flags: bit 0 = payload is zstd-compressed
+    10      2     flags: bit 0 = payload is zstd-compressed; bit 1 = signed
     12      4     header length H
     16      8     xxh3-64 of the header bytes
     24      8     stored payload length P (bytes after the header, as stored)
     32      16    xxh3-128 of the stored payload bytes
-    48      H     header: UTF-8 JSON object (see EntryHeader)
-    48+H    P     payload: the compiled artifact (a serialized GraphDef), zstd-compressed when flag bit 0
+    48      32    HMAC-SHA256 (zeros when unsigned) over bytes [0, 48) + header + stored payload
+    80      H     header: UTF-8 JSON object (see EntryHeader)
+    80+H    P     payload: the compiled artifact (a serialized GraphDef), zstd-compressed when flag bit 0
 
-The fixed prefix is ``PREFIX_SIZE`` bytes. A reader checks the magic, the format version, both checksums,
+The fixed prefix is ``PREFIX_SIZE`` bytes. Signing is optional: with a signing key (the
+``GRAPHCACHE_SIGNING_KEY`` setting) every entry written is signed, and a reader holding the key refuses
+unsigned or badly signed entries (``UntrustedEntryError``): checksums catch accidents, the HMAC catches
+someone who can write to a shared cache or remote. A reader checks the magic, the format version, both checksums,
 the lengths, and that the header's ``key`` is the key it asked for (so a file copied or renamed onto the
 wrong key is caught). Headers can be read alone (``read_header``) for listing without touching payloads.
 
@@ -25,6 +29,8 @@ when a sample of it shrinks below ``COMPRESS_WORTHWHILE`` of its size.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import json
 import struct
 from dataclasses import dataclass, field
@@ -33,13 +39,16 @@ from typing import Any
 import xxhash
 import zstandard
 
-from .errors import CorruptEntryError
+from .errors import CorruptEntryError, UntrustedEntryError
 
 MAGIC = b"GRCACHE\0"
 FORMAT_VERSION = 1
 FLAG_ZSTD = 1
-_PREFIX = struct.Struct("<8sHHIQQ16s")
-PREFIX_SIZE = _PREFIX.size  # 48
+FLAG_SIGNED = 2
+_CHECKED = struct.Struct("<8sHHIQQ16s")  # the part of the prefix the HMAC covers
+_PREFIX = struct.Struct("<8sHHIQQ16s32s")
+PREFIX_SIZE = _PREFIX.size  # 80
+_NO_SIGNATURE = bytes(32)
 ZSTD_LEVEL = 3
 COMPRESS_WORTHWHILE = 0.8  # compress when a sample shrinks to below 80% of its size
 _SAMPLE_CHUNK = 256 * 1024
@@ -88,29 +97,32 @@ def _worth_compressing(payload: bytes | memoryview) -> bool:
     return len(compressed) < COMPRESS_WORTHWHILE * len(sample)
 
 
-def encode(header: EntryHeader, payload: bytes, *, compress: bool | None = None, level: int = ZSTD_LEVEL) -> bytes:
+def encode(header: EntryHeader, payload: bytes, *, compress: bool | None = None, level: int = ZSTD_LEVEL,
+           signing_key: bytes | None = None) -> bytes:
     """The bytes of one entry file. ``compress=None`` decides by sampling the payload."""
     if compress is None:
         compress = _worth_compressing(payload)
     header = dataclasses.replace(header, payload_size=len(payload))
     stored = zstandard.ZstdCompressor(level=level).compress(payload) if compress else payload
     header_bytes = header.to_json()
-    prefix = _PREFIX.pack(
-        MAGIC,
-        FORMAT_VERSION,
-        FLAG_ZSTD if compress else 0,
-        len(header_bytes),
-        xxhash.xxh3_64_intdigest(header_bytes),
-        len(stored),
-        xxhash.xxh3_128_digest(stored),
-    )
-    return b"".join((prefix, header_bytes, stored))
+    flags = (FLAG_ZSTD if compress else 0) | (FLAG_SIGNED if signing_key else 0)
+    checked = _CHECKED.pack(MAGIC, FORMAT_VERSION, flags, len(header_bytes),
+                            xxhash.xxh3_64_intdigest(header_bytes), len(stored), xxhash.xxh3_128_digest(stored))
+    signature = _sign(signing_key, checked, header_bytes, stored) if signing_key else _NO_SIGNATURE
+    return b"".join((checked, signature, header_bytes, stored))
+
+
+def _sign(key: bytes, checked: bytes | memoryview, header: bytes | memoryview, stored: bytes | memoryview) -> bytes:
+    mac = hmac.new(key, digestmod=hashlib.sha256)
+    for part in (checked, header, stored):
+        mac.update(part)
+    return mac.digest()
 
 
 def _parse_prefix(data: bytes | memoryview) -> tuple[int, int, int, int, bytes]:
     if len(data) < PREFIX_SIZE:
         raise CorruptEntryError(f"truncated entry: {len(data)} bytes, the fixed prefix alone is {PREFIX_SIZE}")
-    magic, version, flags, header_len, header_hash, stored_len, payload_hash = _PREFIX.unpack_from(data, 0)
+    magic, version, flags, header_len, header_hash, stored_len, payload_hash, _ = _PREFIX.unpack_from(data, 0)
     if magic != MAGIC:
         raise CorruptEntryError("not a graphcache entry (bad magic)")
     if version != FORMAT_VERSION:
@@ -129,10 +141,12 @@ def _parse_header(raw: bytes | memoryview, header_hash: int) -> EntryHeader:
         raise CorruptEntryError(f"unreadable header: {exc}") from None
 
 
-def decode(data: bytes, expected_key: str | None = None) -> tuple[EntryHeader, bytes]:
+def decode(data: bytes, expected_key: str | None = None, *, signing_key: bytes | None = None
+           ) -> tuple[EntryHeader, bytes]:
     """Check an entry's bytes and return its header and (decompressed) payload.
 
-    Raises CorruptEntryError on any mismatch.
+    Raises CorruptEntryError on any mismatch; with ``signing_key``, UntrustedEntryError (a subclass) when
+    the entry is unsigned or its signature does not verify.
     """
     view = memoryview(data)
     flags, header_len, header_hash, stored_len, payload_hash = _parse_prefix(view)
@@ -145,6 +159,12 @@ def decode(data: bytes, expected_key: str | None = None) -> tuple[EntryHeader, b
     stored = view[body:]
     if xxhash.xxh3_128_digest(stored) != payload_hash:
         raise CorruptEntryError("payload checksum mismatch")
+    if signing_key:
+        if not flags & FLAG_SIGNED:
+            raise UntrustedEntryError("entry is not signed, and a signing key is set")
+        expected = _sign(signing_key, view[: _CHECKED.size], view[PREFIX_SIZE:body], stored)
+        if not hmac.compare_digest(expected, bytes(view[_CHECKED.size:PREFIX_SIZE])):
+            raise UntrustedEntryError("entry signature does not verify with this signing key")
     if flags & FLAG_ZSTD:
         try:
             payload = zstandard.ZstdDecompressor().decompress(stored, max_output_size=header.payload_size)

@@ -43,6 +43,10 @@ class CorruptEntryError(GraphCacheError):
     """An entry file failed its format, checksum or key check."""
 
 
+class UntrustedEntryError(CorruptEntryError):
+    """An entry is intact but must not be used: unsigned or badly signed while a signing key is set."""
+
+
 class CacheIOError(GraphCacheError):
     """A cache operation failed (only raised in strict mode; otherwise the cache fails open)."""
 

@@ -21,12 +21,19 @@ ENV_IDENTITY_SALT = "GRAPHCACHE_IDENTITY_SALT"
 ENV_LOCK_TIMEOUT = "GRAPHCACHE_LOCK_TIMEOUT"
 ENV_STALE_AFTER = "GRAPHCACHE_STALE_AFTER"
 ENV_DEBUG = "GRAPHCACHE_DEBUG"
+ENV_SIGNING_KEY = "GRAPHCACHE_SIGNING_KEY"
 ENV_MAX_SIZE = "GRAPHCACHE_MAX_SIZE"
 ENV_MAX_AGE = "GRAPHCACHE_MAX_AGE"
+ENV_REMOTE = "GRAPHCACHE_REMOTE"
+ENV_REMOTE_READ_ONLY = "GRAPHCACHE_REMOTE_READ_ONLY"
+ENV_REMOTE_TIMEOUT = "GRAPHCACHE_REMOTE_TIMEOUT"
+ENV_REMOTE_RETRY_AFTER = "GRAPHCACHE_REMOTE_RETRY_AFTER"
 
 DEFAULT_LOCK_TIMEOUT = 600.0  # seconds; a compile of a large graph can take minutes
 DEFAULT_MAX_SIZE = 10 * 2**30  # 10 GiB
 DEFAULT_STALE_AFTER = 86400.0  # seconds: a version unused for a day is purged by the next other version
+DEFAULT_REMOTE_TIMEOUT = 5.0  # seconds one remote lookup may take before it counts as a failure
+DEFAULT_REMOTE_RETRY_AFTER = 60.0  # seconds a failed remote is skipped (circuit breaker) before it is tried again
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})

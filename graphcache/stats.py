@@ -8,6 +8,8 @@ Uncacheable lookups are counted by reason, from this fixed set:
 - ``read_only``: a miss in read-only mode (compiled, not stored)
 - ``io_error``: the store failed (read, write, index); compiled without the cache
 - ``corrupt_entry``: an entry failed its checks; it was removed and recompiled
+- ``untrusted_entry``: an entry was rejected: it adds ops its source does not have (safety.py), or it is
+  unsigned or badly signed while ``GRAPHCACHE_SIGNING_KEY`` is set
 - ``disabled``: ``GRAPHCACHE_DISABLE=1``
 """
 
@@ -15,10 +17,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-REASONS = ("resource_ops", "invalid_graph", "lock_timeout", "read_only", "io_error", "corrupt_entry", "disabled")
+REASONS = ("resource_ops", "invalid_graph", "lock_timeout", "read_only", "io_error", "corrupt_entry",
+           "untrusted_entry", "disabled")
 UNCACHEABLE_PREFIX = "uncacheable."
 COUNTERS = ("hits", "misses", "compiles", "compile_seconds", "saved_seconds", "bytes_written", "bytes_evicted",
             "evictions", "errors")
+# The remote tier (store/tiered.py): ``remote_hits`` local misses served from the remote (also counted in
+# ``hits``), ``remote_errors`` failed or timed-out remote calls and remote entries that failed verification,
+# ``uploads``/``upload_bytes`` entries written through to the remote.
+REMOTE_COUNTERS = ("remote_hits", "remote_errors", "uploads", "upload_bytes")
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,10 @@ class Stats:
     identity: str = ""
     evictions: int = 0
     max_size: int | None = None
+    remote_hits: int = 0
+    remote_errors: int = 0
+    uploads: int = 0
+    upload_bytes: int = 0
 
     @property
     def hit_rate(self) -> float | None:
@@ -64,4 +75,5 @@ class Stats:
             identity=identity,
             evictions=int(counters.get("evictions", 0)),
             max_size=max_size,
+            **{name: int(counters.get(name, 0)) for name in REMOTE_COUNTERS},
         )

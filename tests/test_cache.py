@@ -178,7 +178,9 @@ def test_disable_env_bypasses_the_cache(cache_dir, mlp, monkeypatch):
 
 
 def test_read_only_serves_hits_and_never_writes(cache_dir, mlp, cnn):
-    GraphCache(cache_dir).compile(mlp.graph_def, mlp.fetches, mlp.feeds)
+    writer = GraphCache(cache_dir)
+    writer.compile(mlp.graph_def, mlp.fetches, mlp.feeds)
+    writer.close()
     before = sorted(p.name for p in cache_dir.rglob("*"))
     reader = GraphCache(cache_dir, read_only=True)
     assert reader.compile(mlp.graph_def, mlp.fetches, mlp.feeds).hit

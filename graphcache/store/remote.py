@@ -1,0 +1,297 @@
+"""The remote store: entries shared between machines on any fsspec URL (S3, MinIO, Ceph, GCS, a shared path).
+
+Layout (``PREFIX`` is the URL given, e.g. ``s3://bucket/team/graphcache`` or ``file:///mnt/shared/gc``)::
+
+    PREFIX/v1/<version>/<key>.gce
+
+- ``v1``: the version of this layout.
+- ``<version>``: the compiler version id (``tf2.21.0-1a2b3c4d``, see identity.py: TensorFlow, its git
+  version, the entry format and the identity salt). Every entry of an old TensorFlow lives under one
+  prefix, dropped in one go by ``graphcache purge --remote --stale``.
+- ``<key>.gce``: the entry, byte for byte the same self-describing file as a local entry (codec.py).
+
+Safe for many writers and readers without any coordination:
+
+- An entry is written whole in one request: one S3 PUT (a multipart upload for entries over 100 MB,
+  which S3 also publishes atomically when it completes); on file systems (``file://``, NFS, SMB, SFTP) a
+  temp file in the target folder is renamed onto the final name. A reader never sees a partial object.
+- Entries are immutable and content-addressed: two machines racing to upload one key upload the same
+  entry, so whichever PUT lands last changes nothing. There is no manifest or index to keep consistent.
+- Nothing read from here is trusted before ``codec.decode`` has checked it against the key asked for
+  (store/tiered.py does that before an entry reaches the local cache).
+
+Endpoints and credentials come from the backend's standard places, so one URL scheme talks to AWS S3,
+MinIO or Ceph: for ``s3://``, botocore's environment and config files (``AWS_ENDPOINT_URL`` /
+``AWS_ENDPOINT_URL_S3``, ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, ``AWS_PROFILE``, instance roles,
+...), fsspec's configuration (``FSSPEC_S3_ENDPOINT_URL``, ``FSSPEC_S3_KEY``, ..., or an fsspec config
+file), and the ``options`` passed here (fsspec storage options, e.g. ``{"endpoint_url": ..., "key": ...}``),
+which win. The backend package (``s3fs``, ``gcsfs``, ``adlfs``) is imported on first use only.
+
+This module does plain I/O and raises; the policies (time limits, circuit breaker, background uploads,
+fail-open) live in store/tiered.py. It never imports TensorFlow: the CLI uses it too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from ..errors import GraphCacheError
+from .base import Store, StoredFile
+from .local import ENTRY_SUFFIX, TMP_SUFFIX, is_key
+
+LAYOUT = "v1"
+# Object stores publish an object atomically when its (single or multipart) upload completes: no temp name.
+_OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "oss", "memory"})
+_S3 = frozenset({"s3", "s3a"})
+S3_RETRIES = 2  # attempts s3fs makes at a request that timed out or dropped (its default, 5, outlasts any timeout)
+
+T = TypeVar("T")
+
+
+class RemoteError(GraphCacheError):
+    """The remote store is misconfigured or failed (the CLI reports it; GraphCache fails open)."""
+
+
+class RemoteTimeout(TimeoutError):
+    """A remote call did not finish within its time limit."""
+
+
+@dataclass(frozen=True)
+class RemoteFile(StoredFile):
+    """One remote entry: its key, full path, size, last-modified time and compiler version."""
+
+    version: str = ""
+
+
+def call_with_deadline(func: Callable[[], T], timeout: float | None, what: str = "remote call") -> T:
+    """``func()``, or RemoteTimeout after ``timeout`` seconds.
+
+    The call runs in a daemon thread, so nothing it does (credential lookups, DNS, connect, retries, a
+    server that accepts but never answers, a hung network mount) can hold the caller past the deadline or
+    keep the process from exiting; a call that overruns finishes or fails in the background, unobserved.
+    """
+    if timeout is None:
+        return func()
+    outcome: list[Any] = []
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            outcome.append((True, func()))
+        except BaseException as exc:  # handed to the caller
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name="graphcache-remote", daemon=True).start()
+    if not done.wait(timeout):
+        raise RemoteTimeout(f"{what} got no answer within {timeout:g}s")
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
+
+
+def _mtime(info: dict[str, Any]) -> float:
+    """A listing entry's modification time as Unix time, whatever the backend calls it (0 if unknown)."""
+    for name in ("mtime", "LastModified", "last_modified", "updated", "modified", "created"):
+        value = info.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, datetime):
+            return value.timestamp()
+        if isinstance(value, str):
+            try:
+                return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return 0.0
+
+
+class RemoteStore(Store):
+    """Entries under ``PREFIX/v1/<version>/``. ``version`` binds read/write/delete to one compiler version
+    (GraphCache's); ``scan`` and the management methods see every version.
+
+    ``timeout`` configures the backend's own connect/read timeouts where it has them (S3); the overall
+    bound on a lookup is the caller's (``call_with_deadline``).
+    """
+
+    def __init__(self, url: str, *, version: str = "", options: dict[str, Any] | None = None,
+                 timeout: float = 5.0, read_only: bool = False) -> None:
+        url = str(url).strip()
+        if not url:
+            raise RemoteError("the remote URL is empty")
+        self.url = url.rstrip("/") or url
+        self.version = version
+        self.options = dict(options or {})
+        self.timeout = timeout
+        self.read_only = read_only
+        self._fs: Any = None
+        self._root = ""
+        self._fs_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"RemoteStore({self.url!r}, version={self.version!r})"
+
+    # -- the file system -----------------------------------------------------------------------------------
+    @property
+    def protocol(self) -> str:
+        from fsspec.core import split_protocol
+
+        return split_protocol(self.url)[0] or "file"
+
+    def _storage_options(self) -> dict[str, Any]:
+        options = dict(self.options)
+        if self.protocol in _S3:
+            # Bounded botocore timeouts and retries, unless fsspec's config (FSSPEC_S3_CONFIG_KWARGS, a config
+            # file) or the caller's options set their own. fsspec merges its config shallowly, so merge here.
+            from fsspec.config import conf
+
+            # One attempt per botocore call (its standard-mode retry sleeps up to 2 s first); s3fs retries a
+            # timed-out or dropped request once more after 0.1 s (S3_RETRIES).
+            config = {"connect_timeout": self.timeout, "read_timeout": self.timeout,
+                      "retries": {"max_attempts": 1, "mode": "standard"}}
+            for source in (conf.get("s3", {}), options):
+                config.update(source.get("config_kwargs") or {})
+            options["config_kwargs"] = config
+        # Our own instance: the tweaks below must not leak into other fsspec users in this process.
+        options.setdefault("skip_instance_cache", True)
+        return options
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec file system (created, and its backend imported, on first use)."""
+        with self._fs_lock:
+            if self._fs is None:
+                try:
+                    from fsspec.core import url_to_fs
+                except ImportError as exc:
+                    raise RemoteError("a remote cache needs fsspec: pip install fsspec s3fs") from exc
+                try:
+                    fs, root = url_to_fs(self.url, **self._storage_options())
+                except ImportError as exc:
+                    raise RemoteError(f"the remote {self.url!r} needs a package that is not installed: {exc}"
+                                      ) from exc
+                except ValueError as exc:
+                    raise RemoteError(f"cannot use the remote {self.url!r}: {exc}") from exc
+                if self.protocol in _S3 and hasattr(fs, "retries"):
+                    fs.retries = S3_RETRIES
+                self._root = str(root).rstrip("/")
+                self._fs = fs
+            return self._fs
+
+    @property
+    def root(self) -> str:
+        """The prefix as a path of the file system (``bucket/team/graphcache``)."""
+        _ = self.fs
+        return self._root
+
+    @property
+    def atomic_put(self) -> bool:
+        return self.protocol in _OBJECT_STORES
+
+    # -- paths ---------------------------------------------------------------------------------------------
+    def version_prefix(self, version: str) -> str:
+        return f"{self.root}/{LAYOUT}/{version}"
+
+    def path_for(self, key: str, version: str | None = None) -> str:
+        version = self.version if version is None else version
+        if not version:
+            raise RemoteError("no compiler version given for a remote path")
+        if not is_key(key):
+            raise RemoteError(f"{key!r} is not a cache key")
+        return f"{self.version_prefix(version)}/{key}{ENTRY_SUFFIX}"
+
+    # -- Store interface -----------------------------------------------------------------------------------
+    def read(self, key: str) -> bytes | None:
+        path = self.path_for(key)
+        # s3fs: one GET (its default first sends a HEAD, and on a miss lists the "directory" too).
+        kwargs = {"max_concurrency": 1} if self.protocol in _S3 else {}
+        try:
+            return self.fs.cat_file(path, **kwargs)
+        except FileNotFoundError:
+            return None
+
+    def write(self, key: str, data: bytes) -> None:
+        """Publish a whole entry atomically: one PUT on object stores, temp file + rename elsewhere."""
+        if self.read_only:
+            raise RemoteError(f"the remote {self.url} is read-only here")
+        path = self.path_for(key)
+        fs = self.fs
+        if self.atomic_put:
+            fs.pipe_file(path, data)
+            return
+        parent = path.rsplit("/", 1)[0]
+        fs.makedirs(parent, exist_ok=True)
+        tmp = f"{parent}/.{key}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}"
+        fs.pipe_file(tmp, data)
+        try:
+            fs.mv(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                fs.rm_file(tmp)
+            raise
+
+    def delete(self, key: str) -> int:
+        """Remove ``key``'s entry of the bound version; the bytes freed (0 if it was already gone)."""
+        path = self.path_for(key)
+        try:
+            size = int(self.fs.info(path).get("size") or 0)
+            self.fs.rm_file(path)
+        except FileNotFoundError:
+            return 0
+        return size
+
+    def scan(self) -> Iterator[RemoteFile]:
+        """Every remote entry of every version (temp files and foreign objects are skipped)."""
+        fs = self.fs
+        base = f"{self.root}/{LAYOUT}"
+        fs.invalidate_cache()  # listings are cached by some backends (s3fs): always list afresh
+        try:
+            found = fs.find(base, detail=True)
+        except FileNotFoundError:
+            return
+        for path, info in sorted(found.items()):
+            if info.get("type", "file") != "file" or not path.startswith(base + "/"):
+                continue
+            parts = path[len(base) + 1:].split("/")
+            if len(parts) != 2 or not parts[1].endswith(ENTRY_SUFFIX):
+                continue
+            version, key = parts[0], parts[1][: -len(ENTRY_SUFFIX)]
+            if is_key(key):
+                yield RemoteFile(key, path, int(info.get("size") or 0), _mtime(info), version)
+
+    # -- management (the CLI) ------------------------------------------------------------------------------
+    def remove(self, files: Iterable[RemoteFile]) -> tuple[int, int]:
+        """Delete these entries (batched where the backend can): (count, bytes)."""
+        files = list(files)
+        if not files:
+            return 0, 0
+        if self.read_only:
+            raise RemoteError(f"the remote {self.url} is read-only here")
+        try:
+            self.fs.rm([f.path for f in files])
+        except FileNotFoundError:  # another process removed some first: delete the rest one by one
+            for f in files:
+                with contextlib.suppress(FileNotFoundError):
+                    self.fs.rm_file(f.path)
+        self.fs.invalidate_cache()
+        return len(files), sum(f.size for f in files)
+
+    def remove_versions(self, versions: Iterable[str]) -> tuple[int, int]:
+        """Delete every entry under these version prefixes (and the prefixes): (count, bytes)."""
+        versions = set(versions)
+        doomed = [f for f in self.scan() if f.version in versions]
+        count, size = self.remove(doomed)
+        for version in versions:  # file systems keep empty folders; object stores have none
+            if not self.atomic_put:
+                with contextlib.suppress(FileNotFoundError):
+                    self.fs.rm(self.version_prefix(version), recursive=True)
+        return count, size

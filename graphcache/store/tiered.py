@@ -1,0 +1,274 @@
+"""The tiered store: the local store in front of a shared remote one (remote.py).
+
+- Read-through: a local miss asks the remote (bounded by a deadline). A remote entry is trusted only
+  after ``codec.decode`` checked it against the key; it is then written locally through GraphCache's
+  normal write path (``write_entry``: atomic file, index row, size cap and eviction) and served. A corrupt
+  remote object is a miss, counted in ``remote_errors`` and never stored. A compile looks its key up twice
+  (before and after its lock): a remote miss is remembered for ``MISS_TTL`` seconds, so one compile costs
+  one remote request.
+- Write-through: an entry written locally (a new compile) is queued for upload, unless the remote is
+  read-only here. Uploads run in a background thread, so they never add to the compile that produced
+  them; ``flush()`` waits for them, and at interpreter exit they are waited for up to ``EXIT_WAIT``
+  seconds (then abandoned, with a log line).
+- Fail open, cheaply: a remote that fails or does not answer within the timeout costs one warning per
+  process and a ``remote_errors`` count, never a failed compile; the circuit breaker then skips the remote
+  for ``retry_after`` seconds (lookups are local only, uploads are dropped) instead of paying the timeout
+  on every lookup. After that the next call tries again (one failure re-opens the breaker).
+
+Everything else (locks, quarantine, scans, stale-version purges) is the local store's: remote entries are
+managed explicitly (``graphcache ls --remote``, ``graphcache purge --remote``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import filelock
+
+from .. import codec
+from ..errors import CorruptEntryError
+from .base import Store, StoredFile
+from .local import LocalStore, is_key
+from .remote import RemoteStore, call_with_deadline
+
+log = logging.getLogger("graphcache")
+
+EXIT_WAIT = 60.0  # seconds the interpreter's exit waits for pending uploads, all caches together
+MAX_PENDING_BYTES = 2 * 2**30  # uploads queued beyond this are dropped (memory bound); the entry stays local
+# A compile looks a key up twice (before and after taking its lock): a remote miss (or a corrupt object) is
+# remembered this long, so that one compile costs one remote request and counts one remote error.
+MISS_TTL = 2.0
+
+
+class CircuitBreaker:
+    """Open for ``retry_after`` seconds after a failure: the remote is skipped while open."""
+
+    def __init__(self, retry_after: float) -> None:
+        self.retry_after = retry_after
+        self._open_until = 0.0
+
+    @property
+    def closed(self) -> bool:
+        return time.monotonic() >= self._open_until
+
+    def trip(self) -> None:
+        self._open_until = time.monotonic() + self.retry_after
+
+
+class TieredStore(Store):
+    """``local`` first, ``remote`` behind it. The callbacks come from GraphCache:
+
+    ``store_fetched(header, payload)`` keeps a verified remote entry locally (GraphCache.write_entry),
+    ``count(**deltas)`` adds to the persistent counters, ``warn(kind, message)`` warns once per process,
+    ``verify(data, key)`` checks remote bytes as the local read path does (codec.decode, with the signing
+    key when one is set) and raises CorruptEntryError (or its subclass UntrustedEntryError) when they fail.
+    """
+
+    def __init__(self, local: LocalStore, remote: RemoteStore, *,
+                 store_fetched: Callable[[codec.EntryHeader, bytes], object],
+                 count: Callable[..., None], warn: Callable[[str, str], None],
+                 verify: Callable[[bytes, str], tuple[codec.EntryHeader, bytes]] = codec.decode,
+                 retry_after: float = 60.0) -> None:
+        self.local = local
+        self.remote = remote
+        self.read_only = local.read_only
+        self._store_fetched = store_fetched
+        self._count = count
+        self._warn = warn
+        self._verify = verify
+        self.breaker = CircuitBreaker(retry_after)
+        self._fetching = threading.local()
+        self._cond = threading.Condition()
+        self._queue: deque[tuple[str, bytes]] = deque()
+        self._pending = 0  # queued + in flight
+        self._pending_bytes = 0
+        self._worker: threading.Thread | None = None
+        self._missed: dict[str, float] = {}  # key -> monotonic time of its remote miss
+        self._missed_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"TieredStore({self.local.root!s}, {self.remote.url!r})"
+
+    # -- Store interface -----------------------------------------------------------------------------------
+    def read(self, key: str) -> bytes | None:
+        data = self.local.read(key)
+        if data is not None or not self.breaker.closed or not is_key(key):
+            return data
+        return self._fetch(key)
+
+    def write(self, key: str, data: bytes) -> None:
+        self.local.write(key, data)
+        if getattr(self._fetching, "key", None) == key:
+            return  # the local copy of an entry just fetched from the remote
+        if not self.remote.read_only and is_key(key):
+            self._enqueue(key, data)
+
+    def delete(self, key: str) -> int:
+        return self.local.delete(key)
+
+    def scan(self) -> Iterator[StoredFile]:
+        return self.local.scan()
+
+    # -- the local store's extras (GraphCache uses them) ------------------------------------------------------
+    @property
+    def root(self) -> Path:
+        return self.local.root
+
+    def path_for(self, key: str) -> Path:
+        return self.local.path_for(key)
+
+    def lock_for(self, key: str, timeout: float) -> filelock.FileLock:
+        return self.local.lock_for(key, timeout)
+
+    def quarantine(self, key: str) -> None:
+        self.local.quarantine(key)
+
+    def stat(self, key: str) -> StoredFile | None:
+        return self.local.stat(key)
+
+    def stray_temp_files(self, *args: Any, **kwargs: Any) -> list[Path]:
+        return self.local.stray_temp_files(*args, **kwargs)
+
+    def remove_stray_temp_files(self, *args: Any, **kwargs: Any) -> int:
+        return self.local.remove_stray_temp_files(*args, **kwargs)
+
+    # -- read-through --------------------------------------------------------------------------------------
+    def _missed_recently(self, key: str) -> bool:
+        with self._missed_lock:
+            when = self._missed.get(key)
+            return when is not None and time.monotonic() - when < MISS_TTL
+
+    def _remember_miss(self, key: str) -> None:
+        now = time.monotonic()
+        with self._missed_lock:
+            if len(self._missed) >= 1024:
+                self._missed = {k: t for k, t in self._missed.items() if now - t < MISS_TTL}
+            self._missed[key] = now
+
+    def _fetch(self, key: str) -> bytes | None:
+        if self._missed_recently(key):
+            return None
+        try:
+            data = call_with_deadline(lambda: self.remote.read(key), self.remote.timeout,
+                                      f"reading {key} from {self.remote.url}")
+        except Exception as exc:
+            self._remote_failed(f"reading entry {key}", exc)
+            return None
+        if data is None:
+            self._remember_miss(key)
+            return None
+        try:
+            header, payload = self._verify(data, key)
+        except CorruptEntryError as exc:
+            self._remember_miss(key)
+            self._count(remote_errors=1)
+            self._warn("remote_corrupt", f"graphcache: remote entry {key} in {self.remote.url} is corrupt ({exc}); "
+                                         "ignored it and compiling locally")
+            return None
+        self._fetching.key = key
+        try:
+            self._store_fetched(header, payload)
+        finally:
+            self._fetching.key = None
+        self._count(remote_hits=1)
+        log.info("graphcache: fetched %s (%d bytes) from %s", key, len(data), self.remote.url)
+        return data
+
+    def _remote_failed(self, what: str, exc: BaseException) -> None:
+        self.breaker.trip()
+        self._count(remote_errors=1)
+        self._warn("remote_error", f"graphcache: {what} failed on the remote cache {self.remote.url} "
+                                   f"({type(exc).__name__}: {exc}); skipping the remote for "
+                                   f"{self.breaker.retry_after:g}s, the local cache still works")
+
+    # -- write-through -------------------------------------------------------------------------------------
+    def _enqueue(self, key: str, data: bytes) -> None:
+        if not self.breaker.closed:
+            log.debug("graphcache: remote %s skipped (circuit open): not uploading %s", self.remote.url, key)
+            return
+        with self._cond:
+            if self._pending_bytes + len(data) > MAX_PENDING_BYTES:
+                log.warning("graphcache: %d bytes of uploads pending: not uploading %s", self._pending_bytes, key)
+                return
+            self._queue.append((key, data))
+            self._pending += 1
+            self._pending_bytes += len(data)
+            if self._worker is None:
+                _register(self)
+                self._worker = threading.Thread(target=self._upload_loop, name="graphcache-upload", daemon=True)
+                self._worker.start()
+
+    def _upload_loop(self) -> None:
+        while True:
+            with self._cond:
+                if not self._queue:
+                    self._worker = None
+                    return
+                key, data = self._queue.popleft()
+            try:
+                self._upload(key, data)
+            finally:
+                with self._cond:
+                    self._pending -= 1
+                    self._pending_bytes -= len(data)
+                    self._cond.notify_all()
+
+    def _upload(self, key: str, data: bytes) -> None:
+        if not self.breaker.closed:
+            log.debug("graphcache: remote %s skipped (circuit open): not uploading %s", self.remote.url, key)
+            return
+        start = time.perf_counter()
+        try:
+            self.remote.write(key, data)
+        except Exception as exc:
+            self._remote_failed(f"uploading entry {key}", exc)
+            return
+        self._count(uploads=1, upload_bytes=len(data))
+        log.info("graphcache: uploaded %s (%d bytes) to %s in %.2fs", key, len(data), self.remote.url,
+                 time.perf_counter() - start)
+
+    @property
+    def pending_uploads(self) -> int:
+        with self._cond:
+            return self._pending
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait for the queued uploads (at most ``timeout`` seconds); True when none is left pending."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._pending == 0, timeout)
+
+
+# -- waiting for uploads at exit ------------------------------------------------------------------------------
+_live: weakref.WeakSet[TieredStore] = weakref.WeakSet()
+_live_lock = threading.Lock()
+_atexit_registered = False
+
+
+def _register(store: TieredStore) -> None:
+    """Track a store with uploads. The exit hook is registered on the first upload, after the backend
+    (e.g. s3fs, whose sessions close at exit) was set up by the first lookup, so it runs before that closes."""
+    global _atexit_registered
+    with _live_lock:
+        _live.add(store)
+        if not _atexit_registered:
+            atexit.register(_flush_at_exit)
+            _atexit_registered = True
+
+
+def _flush_at_exit(wait: float | None = None) -> None:
+    deadline = time.monotonic() + (EXIT_WAIT if wait is None else wait)
+    with _live_lock:
+        stores = list(_live)
+    for store in stores:
+        if store.flush(max(0.0, deadline - time.monotonic())):
+            continue
+        log.warning("graphcache: gave up waiting for %d upload(s) to %s at exit; those entries stay local",
+                    store.pending_uploads, store.remote.url)
