@@ -414,9 +414,13 @@ def _members(path: Path) -> Iterator[Iterator[tuple[str, int, Callable[[], bytes
                         key = _check_member(member, origin)
 
                         def read(member: tarfile.TarInfo = member) -> bytes:
-                            extracted = tar.extractfile(member)
-                            assert extracted is not None  # a regular file
-                            data = extracted.read()
+                            # called by the consumer, outside this generator's try: map tar errors here too
+                            try:
+                                extracted = tar.extractfile(member)
+                                assert extracted is not None  # a regular file
+                                data = extracted.read()
+                            except (tarfile.TarError, EOFError) as exc:
+                                raise CorruptBundleError(f"{origin} is not a valid bundle (tar: {exc})") from None
                             if len(data) != member.size:
                                 raise CorruptBundleError(f"{origin} is truncated (member {member.name!r})")
                             return data

@@ -161,3 +161,65 @@ def _mutate(data: bytes, flips, cut) -> bytes:
     for offset, xor in flips:
         out[offset] ^= xor
     return bytes(out[:cut] if cut is not None else out)
+
+
+BUNDLE_EXAMPLES = 300 if SLOW else 40
+
+
+@pytest.fixture(scope="module")
+def bundle_bytes(tmp_path_factory):
+    """A real bundle of three entries, exported from a cache dir (no TensorFlow needed)."""
+    from graphcache.bundles import export_bundle
+    from graphcache.cachedir import CacheDir
+    from graphcache.store import LocalStore
+
+    root = tmp_path_factory.mktemp("bundle-src")
+    store = LocalStore(root)
+    for i in range(3):
+        key = f"{i:032x}"
+        header = codec.EntryHeader(key=key, version="fuzz-version", identity={"v": 1}, name=f"e{i}", created=1.0)
+        store.write(key, codec.encode(header, bytes([i]) * 5000))
+    cache = CacheDir(root)
+    cache.reconcile()
+    cache.index.record_version("fuzz-version", {}, 10.0)
+    path = root / "b.tar.zst"
+    export_bundle(root, path)
+    return path.read_bytes()
+
+
+def test_mutated_bundles_are_refused_and_leave_nothing(bundle_bytes, tmp_path_factory):
+    from graphcache.bundles import BundleError, import_bundle
+
+    outcomes: dict[str, int] = {}
+
+    import zstandard
+
+    # mutate the compressed file (caught by zstd's checksum) and the tar inside it, recompressed with a
+    # valid checksum (caught by the manifest, entry checks and member rules)
+    raw_tar = zstandard.ZstdDecompressor().decompressobj().decompress(bundle_bytes)
+
+    def inner(flips, cut):
+        return zstandard.ZstdCompressor(write_checksum=True).compress(_mutate(raw_tar, flips, cut))
+
+    @settings(max_examples=BUNDLE_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(data=st.one_of(
+        st.builds(lambda f, c: _mutate(bundle_bytes, f, c), _mutations(bundle_bytes),
+                  st.one_of(st.none(), st.integers(0, len(bundle_bytes)))),
+        st.builds(inner, _mutations(raw_tar), st.one_of(st.none(), st.integers(0, len(raw_tar)))),
+    ))
+    def run(data):
+        target = tmp_path_factory.mktemp("bundle-dst")
+        path = target.parent / f"{target.name}.tar.zst"
+        path.write_bytes(data)
+        try:
+            summary = import_bundle(target, path, version="fuzz-version")
+            outcome = "imported"
+            assert summary is not None
+        except BundleError as exc:
+            outcome = type(exc).__name__
+            entries = list((target / "entries").rglob("*")) if (target / "entries").exists() else []
+            assert not [p for p in entries if p.is_file()], "a refused bundle left files behind"
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+
+    run()
+    print(f"\nbundle fuzz: {sum(outcomes.values())} mutated bundles, outcomes {outcomes}")
