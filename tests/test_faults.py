@@ -21,7 +21,7 @@ import pytest
 
 from graphcache import GraphCache, GraphCacheWarning
 
-from .helpers import ROOT
+from .helpers import FAULTS, ROOT
 
 
 def _our_warnings(caught):
@@ -49,6 +49,7 @@ def test_read_errors(cache, mlp, cnn, monkeypatch, code):
         raise OSError(code, os.strerror(code))
 
     monkeypatch.setattr(cache.store, "read", failing_read)
+    FAULTS.append(f"{errno.errorcode[code]} on read")
     results, ours = _compile_all(cache, mlp, cnn)
     assert not any(r.hit for r in results)
     assert len(ours) == 1 and os.strerror(code) in str(ours[0].message)
@@ -63,6 +64,7 @@ def test_write_errors(cache, mlp, monkeypatch, code):
         raise OSError(code, os.strerror(code))
 
     monkeypatch.setattr(cache.store, "write", failing_write)
+    FAULTS.append(f"{errno.errorcode[code]} on write")
     results, ours = _compile_all(cache, mlp)
     assert len(ours) == 1 and os.strerror(code) in str(ours[0].message)
     _check_runs(results[0], mlp)
@@ -74,6 +76,7 @@ def test_lock_file_errors(cache, mlp, monkeypatch):
         raise OSError(errno.EACCES, os.strerror(errno.EACCES))
 
     monkeypatch.setattr(cache.store, "lock_for", failing_lock)
+    FAULTS.append("EACCES on the lock file")
     results, ours = _compile_all(cache, mlp)
     assert len(ours) == 1 and "compile lock" in str(ours[0].message)
     _check_runs(results[0], mlp)
@@ -110,6 +113,7 @@ def test_real_read_only_directory(read_only_mount, mlp, cnn):
         miss = cache.compile(cnn.graph_def, cnn.fetches, cnn.feeds)
         miss_again = cache.compile(cnn.graph_def, cnn.fetches, cnn.feeds)
     assert hit.hit and not miss.hit and not miss_again.hit
+    FAULTS.append("read-only mount")
     _check_runs(hit, mlp)
     _check_runs(miss, cnn)
     ours = _our_warnings(caught)
@@ -144,6 +148,7 @@ def test_lock_held_by_a_dead_process(cache, mlp):
     assert holder.stdout.readline().strip() == "locked"
     holder.send_signal(signal.SIGKILL)
     holder.wait()
+    FAULTS.append("lock held by a killed process")
     cache.lock_timeout = 30.0
     start = time.monotonic()
     with warnings.catch_warnings(record=True) as caught:
@@ -160,6 +165,7 @@ def test_index_corruption_fails_open(cache_dir, mlp):
         if name.startswith("index.db"):
             os.remove(cache_dir / name)
     (cache_dir / "index.db").write_bytes(b"this is not an sqlite database" * 100)
+    FAULTS.append("corrupt index database")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         cache = GraphCache(cache_dir)
@@ -188,6 +194,7 @@ def test_disk_full_for_real_on_a_tiny_filesystem(tmp_path, cnn):
             warnings.simplefilter("always")
             results = [cache.compile(cnn.graph_def, cnn.fetches, cnn.feeds) for _ in range(2)]
         assert not any(r.hit for r in results)
+        FAULTS.append("full file system")
         _check_runs(results[0], cnn)
         messages = [str(w.message) for w in _our_warnings(caught)]
         assert any("No space left" in m or "disk is full" in m for m in messages), messages

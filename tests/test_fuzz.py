@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from graphcache import codec
 from graphcache.errors import CorruptEntryError
 
-from .helpers import ROOT
+from .helpers import ROOT, record
 
 SLOW = os.environ.get("GRAPHCACHE_SLOW_TESTS") == "1"
 ENTRY_EXAMPLES = 2000 if SLOW else 300
@@ -153,7 +153,7 @@ def test_graph_fuzz(worker, mlp_bytes):
     from pathlib import Path
 
     assert not list(Path(worker.cache_dir).rglob("*.tmp"))  # no partial file left behind
-    print(f"\ngraph fuzz: {sum(outcomes.values())} inputs, outcomes {outcomes}, crashes 0")
+    record("graph inputs fuzzed", f"{sum(outcomes.values())} ({outcomes}), process crashes 0")
 
 
 def _mutate(data: bytes, flips, cut) -> bytes:
@@ -222,4 +222,4 @@ def test_mutated_bundles_are_refused_and_leave_nothing(bundle_bytes, tmp_path_fa
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
 
     run()
-    print(f"\nbundle fuzz: {sum(outcomes.values())} mutated bundles, outcomes {outcomes}")
+    record("bundles fuzzed", f"{sum(outcomes.values())} mutated ({outcomes}), partial imports 0")

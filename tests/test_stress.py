@@ -14,7 +14,7 @@ import time
 
 from graphcache.cachedir import CacheDir
 
-from .helpers import ROOT
+from .helpers import ROOT, record
 
 SLOW = os.environ.get("GRAPHCACHE_SLOW_TESTS") == "1"
 PROCESSES, SECONDS = (8, 60.0) if SLOW else (4, 6.0)
@@ -91,5 +91,6 @@ def test_mixed_workload_leaves_a_consistent_cache(cache_dir, mlp, tmp_path):
     assert (stats.hits, stats.misses) == (hits, misses)
     assert stats.compiles == misses and stats.errors == 0
     assert hits > 0 and misses > 0 and sum(r["purges"] for r in results) > 0
-    print(f"\nstress: {PROCESSES} processes x {SECONDS:.0f}s: {hits} hits, {misses} compiles, "
-          f"{sum(r['purges'] for r in results)} purges, {stats.evictions} evictions; verify clean")
+    record("stress", f"{PROCESSES} processes x {SECONDS:.0f}s: {hits} hits, {misses} compiles, "
+                     f"{sum(r['purges'] for r in results)} purges, {stats.evictions} evictions; verify clean, "
+                     "counters exact")
