@@ -37,6 +37,8 @@ _LAZY = {
     "CompiledGraph": "graphcache.compiled",
     "ExperimentalConfig": "graphcache.config",
     "Session": "graphcache.session",
+    "SessionCreator": "graphcache.session",
+    "TellMeStepOrLossHook": "graphcache.accelerate",
     "Stats": "graphcache.stats",
     "CacheDir": "graphcache.cachedir",
     "load_saved_model": "graphcache.saved_model",
@@ -46,13 +48,14 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
+    from .accelerate import TellMeStepOrLossHook
     from .bundles import export_bundle, import_bundle
     from .cache import GraphCache
     from .cachedir import CacheDir
     from .compiled import CompiledGraph
     from .config import ExperimentalConfig
     from .saved_model import SavedModelFunction, load_saved_model
-    from .session import Session
+    from .session import Session, SessionCreator
     from .stats import Stats
 
 
@@ -92,7 +95,9 @@ __all__ = [
     "InvalidGraphError",
     "SavedModelFunction",
     "Session",
+    "SessionCreator",
     "Stats",
+    "TellMeStepOrLossHook",
     "UnsupportedGraphError",
     "__version__",
     "export_bundle",

@@ -1,0 +1,458 @@
+"""accelerate_train_mode: reduced precision first, original precision after a step or loss split."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import graphcache
+from graphcache import accelerate, models
+from graphcache.config import AccelerateMode, parse_accelerate_mode
+
+from .helpers import run_python
+
+v1 = tf.compat.v1
+
+
+# -- the mode string ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode, kind, split, ratio", [
+    ("fast|step", "fast", "step", 0.9),
+    ("fast1|loss", "fast1", "loss", 1.05),
+    ("fast|step|", "fast", "step", 0.9),
+    ("fast1|loss|", "fast1", "loss", 1.05),
+    ("fast|step|0.2", "fast", "step", 0.2),
+    ("fast1|step|0.9", "fast1", "step", 0.9),
+    ("fast|step|.5", "fast", "step", 0.5),
+    ("fast1|loss|1.01", "fast1", "loss", 1.01),
+    ("fast|loss|1.5", "fast", "loss", 1.5),
+    ("fast|loss|1.50", "fast", "loss", 1.5),
+])
+def test_valid_modes_parse(mode, kind, split, ratio):
+    parsed = parse_accelerate_mode(mode)
+    assert (parsed.type, parsed.split, parsed.ratio, parsed.text) == (kind, split, ratio, mode)
+    assert parsed.dtype == {"fast": "float16", "fast1": "bfloat16"}[kind]
+    assert graphcache.ExperimentalConfig(accelerate_train_mode=mode).accelerate == parsed
+
+
+@pytest.mark.parametrize("mode", [None, ""])
+def test_none_or_empty_is_off(mode):
+    assert parse_accelerate_mode(mode) is None
+    assert graphcache.ExperimentalConfig(accelerate_train_mode=mode).accelerate is None
+
+
+@pytest.mark.parametrize("mode, problem", [
+    (" fast|step", "surrounding whitespace"),
+    ("fast|step\n", "surrounding whitespace"),
+    ("fast", "1 '|'-separated field(s), not 2 or 3"),
+    ("fast|step|0.9|x", "4 '|'-separated field(s), not 2 or 3"),
+    ("FAST|step", "TYPE 'FAST' is not one of 'fast', 'fast1'"),
+    ("fast2|step", "TYPE 'fast2' is not one of 'fast', 'fast1'"),
+    ("|step", "TYPE '' is not one of"),
+    ("fast|Step", "SPLIT 'Step' is not one of 'step', 'loss'"),
+    ("fast|epoch|0.5", "SPLIT 'epoch' is not one of 'step', 'loss'"),
+    ("fast|step|0.1", "RATIO '0.1' is outside [0.2, 0.9] for SPLIT 'step'"),
+    ("fast|step|0.95", "RATIO '0.95' is outside [0.2, 0.9] for SPLIT 'step'"),
+    ("fast1|loss|1.0", "RATIO '1.0' is outside [1.01, 1.5] for SPLIT 'loss'"),
+    ("fast1|loss|1.51", "RATIO '1.51' is outside [1.01, 1.5] for SPLIT 'loss'"),
+    ("fast1|loss|0.9", "RATIO '0.9' is outside [1.01, 1.5] for SPLIT 'loss'"),
+    ("fast|step|abc", "RATIO 'abc' is not a decimal number"),
+    ("fast|step|1e-1", "RATIO '1e-1' is not a decimal number"),
+    ("fast|step|nan", "RATIO 'nan' is not a decimal number"),
+    ("fast|step| 0.5", "RATIO ' 0.5' is not a decimal number"),
+    ("fast|step|-0.5", "RATIO '-0.5' is not a decimal number"),
+    (0.9, "must be a string, not float"),
+])
+def test_invalid_modes_name_the_value_and_the_allowed_ones(mode, problem):
+    with pytest.raises(ValueError) as info:
+        graphcache.ExperimentalConfig(accelerate_train_mode=mode)
+    message = str(info.value)
+    assert f"accelerate_train_mode={mode!r}" in message
+    assert problem in message
+    assert "TYPE 'fast' (float16) or 'fast1' (bfloat16)" in message
+    assert "'step' (RATIO in [0.2, 0.9], default 0.9) or 'loss' (RATIO in [1.01, 1.5], default 1.05)" in message
+
+
+@pytest.mark.parametrize("precision_mode, precision_mode_v2", [
+    ("allow_fp32_to_fp16", None), ("must_keep_origin_dtype", ""), ("", "origin"), (None, "origin"), (None, None),
+])
+def test_precision_modes_that_keep_dtypes_allow_acceleration(precision_mode, precision_mode_v2):
+    config = graphcache.ExperimentalConfig(accelerate_train_mode="fast1|step", precision_mode=precision_mode,
+                                           precision_mode_v2=precision_mode_v2)
+    assert config.accelerate.type == "fast1"
+
+
+@pytest.mark.parametrize("precision_mode, precision_mode_v2", [
+    ("allow_mix_precision", None), ("force_fp16", "origin"), (None, "mixed_float16"),
+    ("must_keep_origin_dtype", "mixed_bfloat16"),
+])
+def test_other_precision_modes_refuse_acceleration_naming_both(precision_mode, precision_mode_v2):
+    with pytest.raises(ValueError) as info:
+        graphcache.ExperimentalConfig(accelerate_train_mode="fast|loss", precision_mode=precision_mode,
+                                      precision_mode_v2=precision_mode_v2)
+    message = str(info.value)
+    assert f"precision_mode={precision_mode!r}" in message
+    assert f"precision_mode_v2={precision_mode_v2!r}" in message
+    assert "'allow_fp32_to_fp16', 'must_keep_origin_dtype'" in message and "'origin'" in message
+    # without acceleration they are the adapter's business, not graphcache's
+    graphcache.ExperimentalConfig(precision_mode=precision_mode, precision_mode_v2=precision_mode_v2)
+
+
+def test_switch_step_is_exact_decimal():
+    assert AccelerateMode("fast|step|0.29", "fast", "step", 0.29).switch_step(100) == 29  # 0.29*100 < 29 in floats
+    assert parse_accelerate_mode("fast|step").switch_step(100) == 90
+    assert parse_accelerate_mode("fast|step|0.5").switch_step(7) == 3
+
+
+# -- the hook's arguments ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, problem", [
+    ({}, "neither was given"),
+    ({"step": "global_step:0"}, "neither was given"),
+    ({"total_step": 10}, "total_step= needs step="),
+    ({"final_loss": 0.1}, "final_loss= needs loss="),
+    ({"step": "global_step:0", "total_step": 10, "loss": "loss:0", "final_loss": 0.1}, "not both"),
+    ({"step": "global_step:0", "total_step": 0}, "total_step=0 must be a positive int"),
+    ({"step": "global_step:0", "total_step": 10.5}, "total_step=10.5 must be a positive int"),
+    ({"loss": "loss:0", "final_loss": -1.0}, "final_loss=-1.0 must be a positive number"),
+    ({"loss": "loss:0", "final_loss": float("nan")}, "final_loss=nan must be a positive number"),
+])
+def test_hook_arguments_are_checked(kwargs, problem):
+    with pytest.raises(ValueError, match=problem):
+        graphcache.TellMeStepOrLossHook(**kwargs)
+
+
+@pytest.mark.parametrize("name", ["nope:0", "train:0", "loss"])
+def test_hook_with_a_name_that_is_no_tensor_names_it(cache_dir, name):
+    t = models.tf1_training_graph()
+    config = graphcache.ExperimentalConfig(graph_compiler_cache_dir=str(cache_dir), accelerate_train_mode="fast1|step")
+    hook = graphcache.TellMeStepOrLossHook(step=name, total_step=10)
+    with pytest.raises(ValueError, match=f"step={name!r} is not a tensor of the graph"):
+        graphcache.Session(graph=t.graph, experimental_config=config, hooks=[hook])
+    with t.graph.as_default(), pytest.raises(ValueError, match=f"step={name!r} is not a tensor of the graph"):
+        v1.train.MonitoredSession(session_creator=graphcache.SessionCreator(experimental_config=config),
+                                  hooks=[hook])
+
+
+def test_resource_global_step_is_read_through_its_read_op():
+    resource, ref = models.tf1_training_graph(True), models.tf1_training_graph(False)
+    assert accelerate._readable(resource.graph, "global_step:0", "step").name == "global_step/Read/ReadVariableOp:0"
+    assert ref.weight.op.type == "VariableV2"  # a ref variable's own output is fetchable as it is
+    assert accelerate._readable(ref.graph, "w1:0", "step").name == "w1:0"
+    assert accelerate._readable(resource.graph, resource.loss, "loss").name == "loss:0"
+
+
+# -- wiring errors at the first run ------------------------------------------------------------------------
+
+def test_mode_without_hook_fails_at_the_first_training_run(cache_dir):
+    t = models.tf1_training_graph()
+    config = graphcache.ExperimentalConfig(graph_compiler_cache_dir=str(cache_dir), accelerate_train_mode="fast|step")
+    with graphcache.Session(graph=t.graph, experimental_config=config) as sess:
+        sess.run(t.init)  # not a training run: nothing to switch yet
+        with pytest.raises(ValueError, match=r"'fast\|step' needs a graphcache.TellMeStepOrLossHook\(step=.*"):
+            sess.run(t.train, t.batch(0))
+
+
+@pytest.mark.parametrize("mode, hook_kwargs, says", [
+    ("fast1|step", {"loss": "loss:0", "final_loss": 0.1}, "splits on 'step', but its TellMeStepOrLossHook reports "
+                                                          "the 'loss'"),
+    ("fast1|loss", {"step": "global_step:0", "total_step": 10}, "splits on 'loss', but its TellMeStepOrLossHook "
+                                                                "reports the 'step'"),
+])
+def test_mismatched_hook_fails_at_the_first_run(cache_dir, mode, hook_kwargs, says):
+    t = models.tf1_training_graph()
+    config = graphcache.ExperimentalConfig(graph_compiler_cache_dir=str(cache_dir), accelerate_train_mode=mode)
+    hook = graphcache.TellMeStepOrLossHook(**hook_kwargs)
+    with graphcache.Session(graph=t.graph, experimental_config=config, hooks=[hook]) as sess, \
+            pytest.raises(ValueError, match=says):
+        sess.run(t.init)
+
+
+# -- the switch --------------------------------------------------------------------------------------------
+
+def _variables(sess, graph):
+    with graph.as_default():
+        variables = v1.global_variables()
+    return {v.op.name: np.asarray(value) for v, value in zip(variables, sess.run(variables), strict=True)}
+
+
+def _reference_step(graph, state, train, feed):
+    """One train step in a plain tf.compat.v1.Session started from ``state``: the fp32 truth."""
+    with graph.as_default():
+        variables = v1.global_variables()
+    with v1.Session(graph=graph) as plain:
+        for variable in variables:
+            variable.load(state[variable.op.name], plain)
+        plain.run(train, feed)
+        return {v.op.name: np.asarray(value) for v, value in zip(variables, plain.run(variables), strict=True)}
+
+
+@pytest.mark.parametrize("resource", [True, False], ids=["resource_variables", "ref_variables"])
+def test_step_split_switches_at_floor_total_times_ratio_and_state_carries_over(cache_dir, caplog, resource):
+    t = models.tf1_training_graph(resource_variables=resource)
+    config = graphcache.ExperimentalConfig(graph_compiler_cache_dir=str(cache_dir),
+                                           accelerate_train_mode="fast1|step|0.9")
+    hook = graphcache.TellMeStepOrLossHook(step="global_step:0", total_step=100)
+    caplog.set_level(logging.INFO, logger="graphcache")
+    with graphcache.Session(graph=t.graph, experimental_config=config, hooks=[hook]) as sess:
+        sess.run(t.init)
+        initial = _variables(sess, t.graph)
+        for i in range(90):
+            sess.run(t.train, t.batch(i % 4))
+        accelerator = sess.accelerator
+        assert accelerator.accelerated and accelerator.low_precision_runs == 90 and accelerator.original_runs == 0
+        before = _variables(sess, t.graph)  # an evaluation signature: original precision, not a training run
+        assert before["global_step"] == 90
+        assert not np.allclose(before["w1"], initial["w1"])  # trained, in bfloat16
+        sess.run(t.train, t.batch(90 % 4))  # starts at step 90 = floor(100 x 0.9): the first fp32 run
+        after = _variables(sess, t.graph)
+        assert not accelerator.accelerated and accelerator.switch_step == 90
+        assert (accelerator.low_precision_runs, accelerator.original_runs) == (90, 1)
+        for i in range(91, 100):
+            sess.run(t.train, t.batch(i % 4))
+        assert sess.run(t.global_step) == 100
+        assert (accelerator.low_precision_runs, accelerator.original_runs) == (90, 10)
+        variants = {key[-1] if len(key) == 4 else "" for key in sess.compiled_signatures}
+        assert variants == {"", "auto_mixed_precision_onednn_bfloat16"}
+    # Variables, Adam slots, beta powers and the global step continued: the first fp32 run computed exactly
+    # what a plain fp32 session computes from the state the bfloat16 phase left.
+    expected = _reference_step(t.graph, before, t.train, t.batch(90 % 4))
+    assert set(expected) == set(after) and any("Adam" in name for name in after)
+    for name in expected:
+        np.testing.assert_allclose(after[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    switches = [r.getMessage() for r in caplog.records if "original precision from now on" in r.getMessage()]
+    assert len(switches) == 1 and "step 90 >= 90" in switches[0] and "90 run(s) in bfloat16" in switches[0]
+
+
+def test_loss_split_switches_after_the_first_loss_at_or_below_final_times_ratio(cache_dir, caplog):
+    t = models.tf1_training_graph()
+    with v1.Session(graph=t.graph) as plain:  # a reachable target: the fp32 loss after ~12 steps
+        plain.run(t.init)
+        losses = [plain.run([t.train, t.loss], t.batch(0))[1] for _ in range(12)]
+    final_loss = float(losses[-1]) / 1.05
+    config = graphcache.ExperimentalConfig(graph_compiler_cache_dir=str(cache_dir), accelerate_train_mode="fast1|loss")
+    hook = graphcache.TellMeStepOrLossHook(loss=t.loss, final_loss=final_loss)
+    caplog.set_level(logging.INFO, logger="graphcache")
+    with graphcache.Session(graph=t.graph, experimental_config=config, hooks=[hook]) as sess:
+        sess.run(t.init)
+        reported, low = [], []
+        for _ in range(40):
+            _, loss = sess.run([t.train, t.loss], t.batch(0))
+            reported.append(float(loss))
+            low.append(sess.accelerator.low_precision_runs)
+        weights = sess.run(t.weight)
+        step = sess.run(t.global_step)
+    first = next(i for i, loss in enumerate(reported) if loss != 0 and loss <= final_loss * 1.05)
+    assert sess.accelerator.low_precision_runs == first + 1  # runs 0..first in bfloat16, then fp32
+    assert sess.accelerator.original_runs == 40 - first - 1 > 0
+    assert low[first] == low[-1] == first + 1
+    assert sess.accelerator.switch_loss == pytest.approx(reported[first])
+    assert step == 40 and np.isfinite(weights).all()
+    assert reported[-1] < reported[first]  # training went on after the switch
+    switches = [r.getMessage() for r in caplog.records if "original precision from now on" in r.getMessage()]
+    assert len(switches) == 1 and f"loss {reported[first]:.6g} <=" in switches[0]
+
+
+def test_monitored_session_through_session_creator(cache_dir):
+    t = models.tf1_training_graph()
+    config = graphcache.ExperimentalConfig(graph_compiler_cache_dir=str(cache_dir),
+                                           accelerate_train_mode="fast1|step|0.5")
+    hook = graphcache.TellMeStepOrLossHook(step="global_step:0", total_step=20)
+    with t.graph.as_default():
+        creator = graphcache.SessionCreator(scaffold=None, config=None, experimental_config=config)
+        hooks = [hook, v1.train.StopAtStepHook(last_step=20)]
+        with v1.train.MonitoredSession(session_creator=creator, hooks=hooks) as sess:
+            runs = 0
+            while not sess.should_stop():
+                sess.run(t.train, t.batch(runs % 4))
+                runs += 1
+            raw = sess._tf_sess()
+            step = raw.run(t.global_step)
+    assert isinstance(raw, graphcache.Session)
+    assert (runs, step) == (20, 20)
+    assert (raw.accelerator.low_precision_runs, raw.accelerator.original_runs, raw.accelerator.switch_step) == \
+        (10, 10, 10)
+
+
+def test_hooks_run_like_monitored_session(cache):
+    t = models.tf1_training_graph()
+    seen = []
+
+    class Recorder(v1.train.SessionRunHook):
+        def begin(self):
+            seen.append("begin")
+
+        def after_create_session(self, session, coord):
+            seen.append("created")
+
+        def before_run(self, run_context):
+            return v1.train.SessionRunArgs(t.global_step)
+
+        def after_run(self, run_context, run_values):
+            seen.append(int(run_values.results))
+            if run_values.results >= 2:
+                run_context.request_stop()
+
+        def end(self, session):
+            seen.append(("end", int(session.run(t.global_step))))
+
+    with graphcache.Session(graph=t.graph, cache=cache, hooks=[Recorder()]) as sess:
+        sess.run(t.init)
+        runs = 0
+        while not sess.should_stop():
+            sess.run(t.train, t.batch(0))
+            runs += 1
+        with pytest.raises(RuntimeError, match="should_stop"):
+            sess.run(t.train, t.batch(0))
+    # the step fetched with a train run is read before or after its increment: TensorFlow does not order them
+    assert seen[:2] == ["begin", "created"] and seen[-1] == ("end", runs) and runs in (2, 3)
+    assert len(seen) == 2 + 1 + runs + 1 and max(seen[2:-1]) >= 2
+
+
+# -- what the variants are ---------------------------------------------------------------------------------
+
+def _scope_ops(sess, variant):
+    scope = next(imported.scope for key, imported in sess.compiled_signatures.items()
+                 if len(key) == 4 and key[3] == variant)
+    return [op for op in sess._run_graph.get_operations() if op.name.startswith(scope + "/")]
+
+
+def _train(config, hook, t, steps):
+    with graphcache.Session(graph=t.graph, experimental_config=config, hooks=[hook]) as sess:
+        sess.run(t.init)
+        for i in range(steps):
+            sess.run(t.train, t.batch(i % 4))
+    return sess
+
+
+def test_fast1_variant_runs_matmuls_in_bfloat16(cache_dir):
+    t = models.tf1_training_graph()
+    config = graphcache.ExperimentalConfig(graph_compiler_cache_dir=str(cache_dir), accelerate_train_mode="fast1|step")
+    sess = _train(config, graphcache.TellMeStepOrLossHook(step="global_step:0", total_step=10), t, 3)
+    matmuls = [op for op in _scope_ops(sess, "auto_mixed_precision_onednn_bfloat16") if op.type == "MatMul"]
+    assert len(matmuls) == 5  # two forward, three gradient MatMuls (none towards the input x)
+    assert all(op.get_attr("T") == tf.bfloat16 for op in matmuls)
+    first = next(op for op in matmuls if op.name.endswith("/MatMul"))  # x @ w1: both inputs cast in
+    assert all(i.op.type == "Cast" and i.op.get_attr("DstT") == tf.bfloat16 for i in first.inputs)
+    # ...and the weight gradients cast back out to float32 for the optimizer
+    weight_grads = [op for op in matmuls if "gradients/" in op.name and op.name.endswith("MatMul_1")]
+    assert weight_grads and all(any(c.type == "Cast" and c.get_attr("DstT") == tf.float32 for c in op.outputs[0].consumers())
+                                for op in weight_grads)
+
+
+def test_fast_variant_emulates_float16_around_matmuls_with_loss_scaling(cache_dir):
+    t = models.tf1_training_graph()
+    config = graphcache.ExperimentalConfig(graph_compiler_cache_dir=str(cache_dir), accelerate_train_mode="fast|step")
+    sess = _train(config, graphcache.TellMeStepOrLossHook(step="global_step:0", total_step=10), t, 3)
+    ops = _scope_ops(sess, "auto_mixed_precision_cpu")
+    matmuls = [op for op in ops if op.type == "MatMul"]
+    assert len(matmuls) == 5
+    for op in matmuls:  # CPU float16 is emulated: values round-trip float32 -> float16 -> float32
+        for tensor in op.inputs:
+            assert tensor.op.type == "Cast" and tensor.op.inputs[0].op.type == "Cast"
+            assert tensor.op.inputs[0].op.get_attr("DstT") == tf.float16
+    names = {op.name.split("/", 1)[1] for op in ops}
+    assert {"graphcache_loss_scale/scale", "graphcache_loss_scale/all_finite"} <= names
+    imported = next(v for k, v in sess.compiled_signatures.items() if len(k) == 4)
+    assert imported.loss_scaled
+
+
+def _tiny_gradient_graph(loss_factor):
+    graph = tf.Graph()
+    with graph.as_default():
+        x = v1.placeholder(tf.float32, [16, 8], name="x")
+        w = v1.get_variable("w", initializer=np.random.RandomState(0).randn(8, 4).astype(np.float32))
+        loss = tf.multiply(tf.reduce_mean(tf.square(tf.matmul(x, w))), loss_factor, name="loss")
+        step = v1.train.get_or_create_global_step()
+        lr = 1.0 / loss_factor
+        train = v1.train.GradientDescentOptimizer(lr).minimize(loss, global_step=step, name="train")
+        init = v1.global_variables_initializer()
+    feed = {x: np.random.RandomState(1).rand(16, 8).astype(np.float32)}
+    return graph, w, train, init, feed
+
+
+def _one_fast_step(cache_dir, graph, w, train, init, feed, scale=None):
+    config = graphcache.ExperimentalConfig(graph_compiler_cache_dir=str(cache_dir), accelerate_train_mode="fast|step")
+    hook = graphcache.TellMeStepOrLossHook(step="global_step:0", total_step=100)
+    with graphcache.Session(graph=graph, experimental_config=config, hooks=[hook]) as sess:
+        sess.run(init)
+        if scale is not None:
+            sess.accelerator.loss_scale.value = scale
+        w0 = sess.run(w)
+        sess.run(train, feed)
+        return w0, sess.run(w), sess.accelerator.loss_scale
+
+
+def test_loss_scaling_keeps_tiny_float16_gradients(cache_dir):
+    graph, w, train, init, feed = _tiny_gradient_graph(1e-8)
+    w0, w1, loss_scale = _one_fast_step(cache_dir, graph, w, train, init, feed)
+    with v1.Session(graph=graph) as plain:
+        plain.run(init)
+        plain.run(train, feed)
+        expected = plain.run(w)
+    gradient = (w0 - expected) * 1e-8  # what float16 would have to hold without loss scaling
+    assert (np.abs(gradient) < 6e-8).all() and (gradient.astype(np.float16) == 0).mean() > 0.5
+    assert loss_scale.value == accelerate.INITIAL_LOSS_SCALE and loss_scale.skipped == 0
+    np.testing.assert_allclose(w1 - w0, expected - w0, rtol=2e-2, atol=1e-3)
+
+
+def test_float16_overflow_skips_the_update_and_halves_the_scale(cache_dir):
+    graph, w, train, init, feed = _tiny_gradient_graph(1e3)  # gradients ~1e3: x 2**15 overflows float16
+    w0, w1, loss_scale = _one_fast_step(cache_dir, graph, w, train, init, feed, scale=2.0**15)
+    np.testing.assert_array_equal(w1, w0)
+    assert loss_scale.skipped == 1 and loss_scale.value == 2.0**14
+
+
+def test_loss_scale_grows_after_finite_steps():
+    scale = accelerate.LossScale()
+    for _ in range(accelerate.LOSS_SCALE_GROWTH_STEPS):
+        scale.update(True)
+    assert scale.value == 2 * accelerate.INITIAL_LOSS_SCALE
+    for _ in range(40):
+        scale.update(False)
+    assert scale.value == 1.0 and scale.skipped == 40
+
+
+CACHED_CHILD = '''
+import json, sys, tensorflow as tf
+import graphcache
+from graphcache import models
+out = {{}}
+for mode in ("fast1|step|0.5", "fast|step|0.5"):
+    t = models.tf1_training_graph()
+    config = graphcache.ExperimentalConfig(graph_compiler_cache_dir=sys.argv[1] if len(sys.argv) > 1 else {d!r},
+                                           accelerate_train_mode=mode)
+    hook = graphcache.TellMeStepOrLossHook(step="global_step:0", total_step=6)
+    with graphcache.Session(graph=t.graph, experimental_config=config, hooks=[hook]) as sess:
+        sess.run(t.init)
+        for i in range(6):
+            sess.run(t.train, t.batch(i))
+        loss = float(sess.run(t.loss, t.batch(0)))
+    out[mode] = {{"sigs": {{repr(k): [v.key, v.hit] for k, v in sess.compiled_signatures.items()}},
+                 "loss": loss, "runs": [sess.accelerator.low_precision_runs, sess.accelerator.original_runs]}}
+print(json.dumps(out))
+'''
+
+
+def test_variants_are_separate_entries_hit_by_a_second_process(cache_dir):
+    cold = run_python(CACHED_CHILD.format(d=str(cache_dir)))
+    warm = run_python(CACHED_CHILD.format(d=str(cache_dir)))
+    for mode, rewriter in (("fast1|step|0.5", "auto_mixed_precision_onednn_bfloat16"),
+                           ("fast|step|0.5", "auto_mixed_precision_cpu")):
+        assert cold[mode]["runs"] == warm[mode]["runs"] == [3, 3]
+        train = [k for k in cold[mode]["sigs"] if "'train'" in k]
+        assert len(train) == 2 and sum(rewriter in k for k in train) == 1
+        low, fp32 = sorted(train, key=lambda k: rewriter not in k)
+        assert cold[mode]["sigs"][low][0] != cold[mode]["sigs"][fp32][0]
+        assert not cold[mode]["sigs"][low][1]  # compiled, not found
+        if mode.startswith("fast1"):  # the first session: everything compiled; the second shares the fp32 ones
+            assert not any(hit for _, hit in cold[mode]["sigs"].values())
+        else:
+            assert cold[mode]["sigs"][fp32] == [cold["fast1|step|0.5"]["sigs"][fp32][0], True]
+        assert warm[mode]["sigs"].keys() == cold[mode]["sigs"].keys()
+        for sig, (key, hit) in warm[mode]["sigs"].items():
+            assert hit and key == cold[mode]["sigs"][sig][0], sig
+        assert warm[mode]["loss"] == pytest.approx(cold[mode]["loss"], rel=1e-6)
