@@ -22,7 +22,7 @@ test-all: $(VENV)/.installed
 	GRAPHCACHE_SLOW_TESTS=1 $(PY) -m pytest -q
 
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check graphcache tests benchmarks
+	$(VENV)/bin/ruff check graphcache tests benchmarks examples
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/run_all.py
