@@ -45,6 +45,7 @@ _LAZY = {
     "SavedModelFunction": "graphcache.saved_model",
     "export_bundle": "graphcache.bundles",
     "import_bundle": "graphcache.bundles",
+    "enable_xla": "graphcache.xla",
 }
 
 if TYPE_CHECKING:
@@ -100,6 +101,7 @@ __all__ = [
     "TellMeStepOrLossHook",
     "UnsupportedGraphError",
     "__version__",
+    "enable_xla",
     "export_bundle",
     "fingerprint",
     "import_bundle",

@@ -47,7 +47,6 @@ import io
 import json
 import os
 import re
-import secrets
 import sqlite3
 import tarfile
 import time
@@ -67,7 +66,7 @@ from .errors import CorruptEntryError, GraphCacheError, UntrustedEntryError
 from .filters import Filter, apply_filters, parse_filter
 from .identity import identity_id
 from .index import IndexRow
-from .store.local import LOCKS_DIR, is_key
+from .store.local import LOCKS_DIR, atomic_writer, is_key
 
 BUNDLE_FORMAT = "graphcache-bundle"
 BUNDLE_VERSION = 1
@@ -283,29 +282,18 @@ def export_bundle(source: Any, path: str | os.PathLike[str], keys: Iterable[str]
     final = Path(path).expanduser()
     if final.is_dir():
         raise BundleError(f"{str(final)!r} is a directory: give the bundle's file name")
-    tmp = final.parent / f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    try:
-        with open(tmp, "wb") as fh:
-            compressor = zstandard.ZstdCompressor(level=level, write_checksum=True, write_content_size=False)
-            with compressor.stream_writer(fh, closefd=False) as zfh, \
-                    tarfile.open(fileobj=zfh, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-                tar.addfile(_member_info(MANIFEST, len(manifest_bytes), time.time()),
-                            io.BytesIO(manifest_bytes))
-                for entry in entries:
-                    data = cache.store.read(entry["key"])
-                    if data is None or xxhash.xxh3_128_hexdigest(data) != entry["xxh3_128"]:
-                        raise BundleError(f"entry {entry['key']} changed while it was being exported: "
-                                          "run again")
-                    tar.addfile(_member_info(entry["path"], len(data), entry["created"]), io.BytesIO(data))
-                    if progress is not None:
-                        progress(1)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, final)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    with atomic_writer(final) as fh:
+        compressor = zstandard.ZstdCompressor(level=level, write_checksum=True, write_content_size=False)
+        with compressor.stream_writer(fh, closefd=False) as zfh, \
+                tarfile.open(fileobj=zfh, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+            tar.addfile(_member_info(MANIFEST, len(manifest_bytes), time.time()), io.BytesIO(manifest_bytes))
+            for entry in entries:
+                data = cache.store.read(entry["key"])
+                if data is None or xxhash.xxh3_128_hexdigest(data) != entry["xxh3_128"]:
+                    raise BundleError(f"entry {entry['key']} changed while it was being exported: run again")
+                tar.addfile(_member_info(entry["path"], len(data), entry["created"]), io.BytesIO(data))
+                if progress is not None:
+                    progress(1)
     return ExportSummary(str(final), version, entries, final.stat().st_size, skipped)
 
 

@@ -28,6 +28,7 @@ from google.protobuf import message as _pb_message
 from tensorflow.core.framework import graph_pb2
 
 from . import codec, graphs, identity, keys, safety, settings
+from . import xla as _xla
 from .cachedir import CacheDir, row_from_header
 from .compiled import CompiledGraph
 from .compilers import Compiler, GrapplerCompiler
@@ -87,13 +88,10 @@ def _resolve_cache_dir(cache_dir: str | os.PathLike[str] | None) -> Path:
                 f"cache_dir=None to use ${settings.ENV_DIR} or the user cache dir", str(path))
         return path
     path = settings.default_cache_dir()
-    if not path.is_dir():
-        try:
-            path.mkdir(parents=True, mode=0o700)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            raise CacheDirError(f"cannot create cache dir {str(path)!r}: {exc.strerror or exc}", str(path)) from None
+    try:
+        settings.make_private_dir(path)
+    except OSError as exc:
+        raise CacheDirError(f"cannot create cache dir {str(path)!r}: {exc.strerror or exc}", str(path)) from None
     return path
 
 
@@ -121,6 +119,7 @@ class GraphCache:
         remote_timeout: float | str | None = None,
         remote_retry_after: float | str | None = None,
         remote_options: dict[str, Any] | None = None,
+        xla: bool | None = None,
     ) -> None:
         if on_version_change not in ("purge", "keep"):
             raise ValueError(f"on_version_change={on_version_change!r}: use 'purge' or 'keep'")
@@ -172,6 +171,8 @@ class GraphCache:
             # read-only: the hit path needs no index (no last-use updates, no counters); management
             # calls open it lazily, so a read-only mount is never written, not even SQLite's -shm file
             self._open()
+        if not self.disabled and _xla.requested(xla):  # XLA executables under this cache (xla.py)
+            _xla.enable_xla(self)
 
     # -- opening -------------------------------------------------------------------------------------------
     def _open(self) -> None:
@@ -415,11 +416,13 @@ class GraphCache:
         self.write_entry(header, graph_def.SerializeToString())
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait (at most ``timeout`` seconds) for background uploads to the remote; True when none is pending.
+        """Store new XLA executables, then wait (at most ``timeout`` seconds) for background uploads to the
+        remote; True when none is pending.
 
         Uploads are also waited for at interpreter exit (up to a minute); call this where a process must not
         end before its entries are shared, e.g. at the end of a CI job that warms the remote.
         """
+        _xla.sync(self)  # new XLA executables become entries first, so they are uploaded too
         return self.store.flush(timeout) if isinstance(self.store, TieredStore) else True
 
     # -- management (delegated to the TF-free CacheDir) ------------------------------------------------------

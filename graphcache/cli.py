@@ -461,10 +461,11 @@ def stats_json(stats: Stats, root: Path, versions: list[dict[str, Any]]) -> dict
         "max_size": settings.resolve_size(None, settings.ENV_MAX_SIZE, settings.DEFAULT_MAX_SIZE),
         "hit_rate": stats.hit_rate, "hits": stats.hits, "misses": stats.misses, "compiles": stats.compiles,
         "compile_seconds": stats.compile_seconds, "saved_seconds": stats.saved_seconds,
-        "bytes_written": stats.bytes_written, "bytes_evicted": stats.bytes_evicted, "errors": stats.errors,
+        "bytes_written": stats.bytes_written, "bytes_evicted": stats.bytes_evicted, "evictions": stats.evictions,
+        "errors": stats.errors,
         "uncacheable": dict(stats.uncacheable), "identity": stats.identity or None, "versions": versions,
         "remote": remote_url() or None, "remote_hits": stats.remote_hits, "remote_errors": stats.remote_errors,
-        "uploads": stats.uploads, "upload_bytes": stats.upload_bytes,
+        "uploads": stats.uploads, "upload_bytes": stats.upload_bytes, **stats.xla,
     }
 
 

@@ -22,7 +22,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from . import bundles
+from . import bundles, settings
 from .filters import Filter, format_size
 
 if TYPE_CHECKING:
@@ -42,13 +42,10 @@ def _ensure_cache_dir() -> Path:
     """The cache dir, created (mode 0700) when missing."""
     cli = _cli()
     root = cli.cache_root()
-    if not root.exists():
-        try:
-            root.mkdir(parents=True, mode=0o700)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            raise cli.CliError(f"cannot create cache dir {str(root)!r}: {exc.strerror or exc}") from None
+    try:
+        settings.make_private_dir(root)
+    except OSError as exc:
+        raise cli.CliError(f"cannot create cache dir {str(root)!r}: {exc.strerror or exc}") from None
     if not root.is_dir():
         raise cli.CliError(f"cache dir {str(root)!r} is not a directory")
     return root

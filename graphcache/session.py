@@ -33,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from . import accelerate, graphs, settings
+from . import xla as _xla
 from .cache import GraphCache, warn_once
 from .compiled import runtime_config
 from .errors import UnsupportedGraphError
@@ -74,12 +75,17 @@ class Session(tf.compat.v1.Session):
     """``tf.compat.v1.Session`` that compiles each new signature through a GraphCache before its first run."""
 
     def __init__(self, target: str = "", graph: Any = None, config: Any = None, *, cache: GraphCache | None = None,
-                 cache_dir: Any = None, experimental_config: Any = None, hooks: Any = None) -> None:
-        super().__init__(target, graph, config)
+                 cache_dir: Any = None, experimental_config: Any = None, hooks: Any = None,
+                 jit: bool = False) -> None:
         if cache_dir is None and experimental_config is not None:
             cache_dir = experimental_config.graph_compiler_cache_dir
         self._plain = settings.disabled()
         self._cache = None if self._plain else (cache or GraphCache(cache_dir))
+        if jit:
+            # XLA auto-clustering, executables cached by graphcache. TensorFlow reads the XLA flags
+            # before its first op, so this comes before the session exists.
+            config = _xla.jit_config(config, cache=self._cache)
+        super().__init__(target, graph, config)
         self._user_config = config
         self._run_graph = tf.Graph()
         self._run_session = tf.compat.v1.Session(target, graph=self._run_graph, config=runtime_config(config))

@@ -6,6 +6,7 @@ Every environment variable graphcache reads is listed here (the README's setting
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from datetime import timedelta
@@ -113,6 +114,13 @@ def resolve_str(explicit: str | None, env_name: str, default: str = "") -> str:
     if explicit is not None:
         return str(explicit)
     return os.environ.get(env_name, default)
+
+
+def make_private_dir(path: Path) -> None:
+    """Create ``path`` (and parents) with mode 0700 when it does not exist; a race with another creator is fine."""
+    if not path.is_dir():
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(parents=True, mode=0o700)
 
 
 def default_cache_dir() -> Path:

@@ -26,6 +26,8 @@ COUNTERS = ("hits", "misses", "compiles", "compile_seconds", "saved_seconds", "b
 # ``hits``), ``remote_errors`` failed or timed-out remote calls and remote entries that failed verification,
 # ``uploads``/``upload_bytes`` entries written through to the remote.
 REMOTE_COUNTERS = ("remote_hits", "remote_errors", "uploads", "upload_bytes")
+# XLA executables (xla.py): hits are approximate (see xla.py), the rest exact.
+XLA_COUNTERS = ("xla_hits", "xla_compiles", "xla_materialized", "xla_bad_files", "xla_removed")
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class Stats:
     identity: str = ""
     evictions: int = 0
     max_size: int | None = None
+    xla: dict[str, int] = field(default_factory=dict)
     remote_hits: int = 0
     remote_errors: int = 0
     uploads: int = 0
@@ -74,6 +77,7 @@ class Stats:
             uncacheable=uncacheable,
             identity=identity,
             evictions=int(counters.get("evictions", 0)),
+            xla={name: int(counters.get(name, 0)) for name in XLA_COUNTERS},
             max_size=max_size,
             **{name: int(counters.get(name, 0)) for name in REMOTE_COUNTERS},
         )

@@ -43,9 +43,23 @@ def purge_stale_versions(index: CacheIndex, store: LocalStore, current: str, sta
         removed.extend(row.key for row in rows)
         count += len(rows)
         index.forget_version(version)
+        _remove_xla_dir(store, version)
     if freed:
         index.add_counters({"bytes_evicted": freed})
     if stale:
         log.info("graphcache: purged %d entries (%d bytes) of stale compiler versions %s", count, freed,
                  ", ".join(stale))
     return PurgeResult(count, freed, tuple(stale), tuple(removed))
+
+
+def _remove_xla_dir(store: LocalStore, version: str) -> None:
+    """A stale version's XLA executables (``<cache_dir>/xla/<version>/``, see xla.py) go with its entries."""
+    root = getattr(store, "root", None)
+    if root is None:
+        return
+    from .xla import remove_version_dir
+
+    try:
+        remove_version_dir(root, version)
+    except OSError as exc:
+        log.warning("graphcache: could not remove the XLA executables of %s: %s", version, exc)

@@ -17,6 +17,7 @@ import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import filelock
 
@@ -27,6 +28,23 @@ TMP_SUFFIX = ".tmp"
 ENTRIES_DIR = "entries"
 LOCKS_DIR = "locks"
 TMP_GRACE_SECONDS = 3600.0  # a temp file older than this belongs to a writer that died
+
+
+@contextlib.contextmanager
+def atomic_writer(final: Path, tag: str = "") -> Iterator[BinaryIO]:
+    """A file handle whose content appears at ``final`` only whole: temp file in the same folder, then
+    flush + fsync + ``os.replace``; on any failure the temp file is removed and ``final`` is untouched."""
+    tmp = final.parent / f".{tag or final.name}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}"
+    try:
+        with open(tmp, "wb") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def is_key(text: str) -> bool:
@@ -60,17 +78,8 @@ class LocalStore(Store):
     def write(self, key: str, data: bytes) -> None:
         final = self.path_for(key)
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = final.parent / f".{key}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}"
-        try:
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, final)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
+        with atomic_writer(final, key) as fh:
+            fh.write(data)
 
     def delete(self, key: str) -> int:
         path = self.path_for(key)

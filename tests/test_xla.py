@@ -1,0 +1,373 @@
+"""XLA executables as cache entries (graphcache/xla.py).
+
+TensorFlow reads TF_XLA_FLAGS once per process, so the end-to-end tests run real TensorFlow in fresh
+processes (tests.helpers.run_python): a small Keras CNN under ``jit_compile=True`` (two functions) and a
+TF1 graph auto-clustered through ``xla.jit_config``: three executables per process. The directory logic
+(verify, move aside, materialize, ingest, purge) is also tested in this process on synthetic files in
+TensorFlow's format, without binding TensorFlow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xxhash
+
+from graphcache import CacheDir, GraphCache, GraphCacheWarning, xla
+
+from .helpers import ROOT, run_python
+
+USER_FLAGS = "--tf_xla_min_cluster_size=4"
+
+CHILD = '''
+import json, os, time, warnings
+from graphcache import GraphCacheWarning
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import graphcache
+    from graphcache import xla
+    cache = graphcache.GraphCache({cache_dir!r}, identity_salt={salt!r})
+    {before}
+    if {jit_first}:  # what Session(jit=True) would do, first thing
+        jit = xla.jit_config(cache=cache)
+        xc = xla.active()
+    else:
+        xc = graphcache.enable_xla(cache)
+        jit = xla.jit_config(cache=cache)
+    other = graphcache.enable_xla(graphcache.GraphCache({other_dir!r})) if {other_dir!r} else None
+    flags_after = os.environ.get("TF_XLA_FLAGS")
+    import numpy as np, tensorflow as tf, keras
+    keras.utils.set_random_seed(7)
+    model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(8, 3, activation="relu"),
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)])
+    f = tf.function(lambda x: model(x, training=False), jit_compile=True)
+    g = tf.function(lambda x: tf.nn.softmax(2.0 * model(x, training=False)), jit_compile=True)
+    x = np.random.RandomState(0).rand(2, 8, 8, 3).astype("float32")
+    start = time.perf_counter()
+    y_f = f(x).numpy()
+    first_call = time.perf_counter() - start
+    y_g = g(x).numpy()
+    graph = tf.Graph()
+    with graph.as_default():
+        ph = tf.compat.v1.placeholder(tf.float32, [4, 16], name="x")
+        w = tf.constant(np.linspace(-1, 1, 256, dtype=np.float32).reshape(16, 16))
+        out = tf.nn.softmax(tf.matmul(tf.nn.relu(tf.matmul(ph, w) + 0.5), w))
+    with tf.compat.v1.Session(graph=graph, config=jit) as sess:
+        y_s = sess.run(out, {{ph: np.ones((4, 16), np.float32)}})
+    synced = xla.sync(cache) if {sync} else None
+print(json.dumps({{
+    "bound": xc is not None, "dir": str(xc.directory) if xc else None, "files": xc.files() if xc else [],
+    "prepared": vars(xc.last_report) if xc else None, "synced": vars(synced) if synced else None,
+    "other_is_first": other is xc, "flags_after": flags_after, "first_call": first_call,
+    "y_f": y_f.tolist(), "y_g": y_g.tolist(), "y_s": y_s.tolist(),
+    "warnings": [str(w.message) for w in caught if issubclass(w.category, GraphCacheWarning)],
+}}))
+'''
+
+PLAIN_TF_CHILD = '''
+import json, os
+os.environ["TF_XLA_FLAGS"] = "--tf_xla_persistent_cache_directory=" + {directory!r}
+import numpy as np, tensorflow as tf, keras
+keras.utils.set_random_seed(7)
+model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(8, 3, activation="relu"),
+                          keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)])
+f = tf.function(lambda x: model(x, training=False), jit_compile=True)
+g = tf.function(lambda x: tf.nn.softmax(2.0 * model(x, training=False)), jit_compile=True)
+x = np.random.RandomState(0).rand(2, 8, 8, 3).astype("float32")
+errors = []
+for fn in (f, g):
+    try:
+        fn(x)
+    except Exception as exc:
+        errors.append(type(exc).__name__)
+print(json.dumps({{"errors": errors}}))
+'''
+
+
+def child(cache_dir: Path, *, salt: str = "", before: str = "pass", other_dir: Path | None = None,
+          sync: bool = True, jit_first: bool = False) -> dict:
+    code = CHILD.format(cache_dir=str(cache_dir), salt=salt, before=before, sync=sync, jit_first=jit_first,
+                        other_dir=str(other_dir) if other_dir else "")
+    return run_python(code, env={"TF_XLA_FLAGS": USER_FLAGS})
+
+
+def cli_json(cache_dir: Path, *args: str):
+    proc = subprocess.run([sys.executable, "-m", "graphcache", "--cache-dir", str(cache_dir), *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout) if "--json" in args else proc.stdout
+
+
+def xla_rows(cache_dir: Path):
+    return [row for row in CacheDir(cache_dir).entries() if row.kind == "xla"]
+
+
+def counters(cache_dir: Path) -> dict[str, float]:
+    index = CacheDir(cache_dir).index
+    assert index is not None
+    return {name: value for name, value in index.counters().items() if name.startswith("xla_")}
+
+
+def same_outputs(a: dict, b: dict) -> None:
+    for name in ("y_f", "y_g", "y_s"):
+        np.testing.assert_allclose(np.array(a[name]), np.array(b[name]), rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """Two fresh processes on one cache dir: the first compiles, the second should load everything."""
+    root = tmp_path_factory.mktemp("xla")
+    cache_dir, other_dir = root / "cache", root / "other"
+    cache_dir.mkdir()
+    other_dir.mkdir()
+    first = child(cache_dir, other_dir=other_dir)
+    after_first = {"files": sorted(os.listdir(first["dir"])), "keys": sorted(r.key for r in xla_rows(cache_dir)),
+                   "counters": counters(cache_dir), "ls": cli_json(cache_dir, "ls", "--json")}
+    second = child(cache_dir, sync=False)  # synced by its atexit handler
+    print(f"\nXLA first call: cold {first['first_call']:.3f}s, warm {second['first_call']:.3f}s")
+    return {"dir": cache_dir, "first": first, "second": second, "after_first": after_first}
+
+
+# -- two fresh processes ------------------------------------------------------------------------------------------
+def test_first_process_stores_executables_as_xla_entries(shared):
+    first, after = shared["first"], shared["after_first"]
+    assert first["bound"], first["warnings"]
+    assert len(first["files"]) == 3  # f, g and the auto-clustered TF1 graph
+    assert first["synced"]["ingested"] == 3
+    xla_dir = Path(first["dir"])
+    assert xla_dir.relative_to(shared["dir"]).parts[:2] == ("xla", CacheDir(shared["dir"]).current_version())
+    assert after["keys"] == sorted(xla.entry_key(xla_dir.name, name) for name in first["files"])
+    assert {name + ".xxh3" for name in first["files"]} <= set(after["files"])
+    listed = [row for row in after["ls"] if row["kind"] == "xla"]  # `graphcache ls --json`, another process
+    assert sorted(row["key"] for row in listed) == after["keys"]
+    assert after["counters"].get("xla_compiles") == 3
+
+
+def test_enable_keeps_user_flags_and_one_directory_per_process(shared):
+    first = shared["first"]
+    assert first["flags_after"] == USER_FLAGS  # restored once TensorFlow read ours
+    assert first["other_is_first"]
+    assert any("Keeping the first" in w for w in first["warnings"]), first["warnings"]
+
+
+def test_second_process_loads_instead_of_compiling(shared):
+    first, second, after = shared["first"], shared["second"], shared["after_first"]
+    assert second["bound"] and second["dir"] == first["dir"]
+    assert second["prepared"]["verified"] == 3
+    assert sorted(os.listdir(second["dir"])) == after["files"]  # no new executable
+    assert sorted(r.key for r in xla_rows(shared["dir"])) == after["keys"]
+    same_outputs(first, second)
+    now = counters(shared["dir"])
+    assert now.get("xla_compiles") == 3  # nothing compiled by the second process
+    assert now.get("xla_hits") == 3  # counted by its atexit sync
+    assert not second["warnings"]
+
+
+# -- a changed identity, stale purge -------------------------------------------------------------------------------
+def test_changed_identity_uses_a_new_directory_and_stale_purge_removes_the_old(shared, tmp_path):
+    cache_dir = tmp_path / "cache"
+    shutil.copytree(shared["dir"], cache_dir)
+    old_dir = cache_dir / Path(shared["first"]["dir"]).relative_to(shared["dir"])
+    old_keys = {r.key for r in xla_rows(cache_dir)}
+    upgraded = child(cache_dir, salt="upgrade", jit_first=True)
+    new_dir = Path(upgraded["dir"])
+    assert upgraded["bound"] and new_dir != old_dir and new_dir.parent != old_dir.parent
+    assert upgraded["synced"]["ingested"] == 3 and len(upgraded["files"]) == 3
+    same_outputs(shared["first"], upgraded)
+    assert old_dir.is_dir()  # the old version is kept for a day (stale_after) ...
+    cli_json(cache_dir, "purge", "--stale", "--yes")  # ... or until purged
+    assert not old_dir.parent.exists()
+    remaining = {r.key for r in xla_rows(cache_dir)}
+    assert remaining and not remaining & old_keys
+    assert sorted(p.name for p in new_dir.glob("*.pb")) == upgraded["files"]
+
+
+# -- corrupt files ------------------------------------------------------------------------------------------------
+def _flip_in_key(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    at = data.index(b"XLA_CPU_JIT")  # the serialized cache key's device type
+    data[at] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def test_corrupt_files_are_moved_aside_and_rewritten(shared, tmp_path):
+    cache_dir = tmp_path / "cache"
+    shutil.copytree(shared["dir"], cache_dir)
+    xla_dir = cache_dir / Path(shared["first"]["dir"]).relative_to(shared["dir"])
+    jit_files = sorted(xla_dir.glob("*.pb"))
+    good = {p.name: p.read_bytes() for p in jit_files}
+    for path in jit_files:
+        (_flip_in_key if path == jit_files[0] else _truncate)(path)
+
+    control = tmp_path / "plain"  # plain TensorFlow on the same corrupt files fails the user's calls
+    shutil.copytree(xla_dir, control)
+    assert len(run_python(PLAIN_TF_CHILD.format(directory=str(control)))["errors"]) >= 1
+
+    result = child(cache_dir)
+    assert result["bound"]
+    assert result["prepared"]["moved_aside"] == 3 and result["prepared"]["materialized"] == 3
+    same_outputs(shared["first"], result)
+    assert {p.name: p.read_bytes() for p in jit_files} == good  # rewritten from the entries
+    assert sorted(p.name for p in xla_dir.glob("*.bad")) == sorted(p.name + ".bad" for p in jit_files)
+    assert result["synced"]["ingested"] == 0  # nothing compiled again
+    assert any("failed their check" in w for w in result["warnings"])
+
+
+# -- too late -----------------------------------------------------------------------------------------------------
+def test_enable_after_tensorflow_started_warns_once_and_runs_uncached(tmp_path):
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    result = child(cache_dir, before="import tensorflow as tf; tf.constant(1.0) + 1.0")
+    assert not result["bound"]
+    late = [w for w in result["warnings"] if "already read TF_XLA_FLAGS" in w]
+    assert len(late) == 1, result["warnings"]
+    assert result["flags_after"] == USER_FLAGS
+    assert np.isfinite(np.array(result["y_f"])).all()
+    assert not list((cache_dir / "xla").rglob("*.pb")) and not xla_rows(cache_dir)
+
+
+# -- the directory logic, in this process, on synthetic files --------------------------------------------------------
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _len_field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def tf_file(sig: int = 11, cluster: int = 22, device: str = "XLA_CPU_JIT", prefix: str = "xla_compile_cache",
+            exe: bytes = b"executable") -> tuple[str, bytes]:
+    """A file in TensorFlow's XlaSerializedCacheEntry format, named the way TensorFlow names it."""
+    key = (_varint(1 << 3) + _varint(sig) + _varint(2 << 3) + _varint(cluster) + _len_field(3, device.encode())
+           + _len_field(4, prefix.encode()))
+    data = _len_field(1, key) + _len_field(2, b"hlo-module" * 20) + _len_field(3, exe)
+    return f"{prefix}__{sig}__{cluster}__{device}.pb", data
+
+
+@pytest.fixture
+def managed(cache):
+    xc = xla.XlaCache(cache, xla.xla_identity(cache.version, "cpu", xla.with_defaults([])))
+    assert xc.prepare()
+    return xc
+
+
+def test_well_formed_checks_framing_and_name():
+    name, data = tf_file()
+    assert xla.well_formed(data, name)
+    assert not xla.well_formed(data[:-3], name)  # truncated
+    assert not xla.well_formed(data, name.replace("__22__", "__23__"))  # another cluster's name
+    assert not xla.well_formed(b"garbage" * 10, name)
+    assert not xla.well_formed(data, "notes.txt")
+
+
+def test_parse_flags_like_tensorflow():
+    flags = xla.parse_flags('--a=1 --tf_xla_persistent_cache_directory="/x y/z" --b  --c=\'q r\' stop --d')
+    assert [(f.name, f.value) for f in flags] == [("a", "1"), ("tf_xla_persistent_cache_directory", "/x y/z"),
+                                                  ("b", None), ("c", "q r")]
+    text = xla.flags_with_directory(flags, Path('/cache dir/"x"'))
+    reparsed = xla.parse_flags(text)
+    assert [f.name for f in reparsed] == ["a", "b", "c", "tf_xla_persistent_cache_directory"]
+    assert reparsed[-1].value == '/cache dir/"x"'
+    assert xla.relevant_flags(reparsed) == {"a": "1", "b": "true", "c": "q r"}
+    names = [f.name for f in xla.with_defaults(xla.parse_flags("--tf_xla_deterministic_cluster_names=false"))]
+    assert names == ["tf_xla_deterministic_cluster_names"]  # the user's choice wins
+
+
+def test_identity_covers_flags_but_not_the_cache_dir():
+    base = xla.xla_identity("v1", "cpu", xla.parse_flags("--tf_xla_persistent_cache_directory=/a"))
+    assert base == xla.xla_identity("v1", "cpu", xla.parse_flags("--tf_xla_persistent_cache_directory=/b"))
+    assert base != xla.xla_identity("v1", "cpu", xla.parse_flags("--tf_xla_min_cluster_size=2"))
+    assert base != xla.xla_identity("v2", "cpu", [])
+    assert base != xla.xla_identity("v1", "gpu:H100:cc9.0", [])
+
+
+def test_prepare_ingests_verifies_moves_aside_and_materializes(managed, cache):
+    name, data = tf_file()
+    path = managed.directory / name
+    path.write_bytes(data)  # written by TensorFlow in a process that never synced
+    assert managed.prepare() and managed.last_report.ingested == 1
+    key = xla.entry_key(managed.id, name)
+    header, payload = cache.read_entry(key)
+    assert (header.kind, payload, header.extra["file"]) == ("xla", data, name)
+    assert Path(str(path) + ".xxh3").read_text().split()[0] == xxhash.xxh3_128_hexdigest(data)
+
+    assert managed.prepare() and managed.last_report.verified == 1  # intact: kept
+
+    path.write_bytes(data[:10])  # truncated: moved aside, rewritten from the entry
+    with pytest.warns(GraphCacheWarning, match="failed their check"):
+        assert managed.prepare()
+    assert (managed.last_report.moved_aside, managed.last_report.materialized) == (1, 1)
+    assert path.read_bytes() == data and Path(str(path) + ".bad").exists()
+
+    path.unlink()  # missing (e.g. the entry came from a bundle): materialized
+    assert managed.prepare() and managed.last_report.materialized == 1 and path.read_bytes() == data
+
+    cache.purge([key])  # purged from the store: the file goes too
+    assert managed.prepare() and managed.last_report.removed == 1 and not path.exists()
+
+    bad_name, _ = tf_file(sig=99)
+    (managed.directory / bad_name).write_bytes(b"not a protobuf at all")  # unknown and unverifiable
+    assert managed.prepare() and managed.last_report.moved_aside == 1
+    assert not (managed.directory / bad_name).exists()
+
+
+def test_sync_ingests_new_files_and_counts_hits(managed, cache):
+    old_name, old = tf_file(sig=1)
+    (managed.directory / old_name).write_bytes(old)
+    assert managed.prepare()
+    new_name, new = tf_file(sig=2)
+    (managed.directory / new_name).write_bytes(new)  # "TensorFlow" compiled during the process
+    time.sleep(0.01)
+    (managed.directory / old_name).read_bytes()  # ... and loaded the old one
+    report = managed.sync()
+    assert (report.ingested, report.hits) == (1, 1)
+    assert cache.read_entry(xla.entry_key(managed.id, new_name))[1] == new
+    again = managed.sync()
+    assert (again.ingested, again.hits) == (0, 0)  # a file counts once per process
+    assert counters(cache.cache_dir) == {"xla_compiles": 2, "xla_hits": 1}
+
+
+def test_stale_version_purge_removes_its_xla_directory(cache, cache_dir):
+    stale_dir = cache_dir / "xla" / "tf0.0.0-deadbeef" / "0123456789ab"
+    stale_dir.mkdir(parents=True)
+    (stale_dir / "xla_compile_cache__1__2__XLA_CPU_JIT.pb").write_bytes(b"old")
+    cache.index.record_version("tf0.0.0-deadbeef", {"tensorflow": "0.0.0"}, time.time() - 10 * 86400)
+    result = cache.purge(stale=True)
+    assert "tf0.0.0-deadbeef" in result.versions
+    assert not stale_dir.parent.exists()
+    assert xla.remove_version_dir(cache_dir, "..") == 0  # never outside xla/
+
+
+def test_with_a_signing_key_only_signed_entries_reach_tensorflow(cache_dir, monkeypatch):
+    monkeypatch.setenv("GRAPHCACHE_SIGNING_KEY", "secret")
+    cache = GraphCache(cache_dir)
+    xc = xla.XlaCache(cache, xla.xla_identity(cache.version, "cpu", []))
+    assert xc.prepare()
+    name, data = tf_file()
+    (xc.directory / name).write_bytes(data)  # well formed, but nobody signed it
+    with pytest.warns(GraphCacheWarning, match="failed their check"):
+        assert xc.prepare()
+    assert xc.last_report.moved_aside == 1 and not (xc.directory / name).exists()
+    (xc.directory / name).write_bytes(data)  # written by TensorFlow during this process: signed at sync
+    assert xc.sync().ingested == 1
+    assert xc.prepare() and xc.last_report.verified == 1
