@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import sqlite3
+import stat
 import threading
 import time
 import warnings
@@ -70,6 +71,19 @@ def warn_once(kind: str, message: str) -> None:
             return
         _warned.add(kind)
     warnings.warn(message, GraphCacheWarning, stacklevel=3)
+
+
+def _warn_if_shared_writable(path: Path) -> None:
+    """Anyone who can write the cache dir can plant entries other users will run: say so."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return
+    if mode & 0o022:
+        who = "other users" if mode & 0o002 else "its group"
+        warn_once("shared_writable", f"graphcache: cache dir {path} is writable by {who} (mode "
+                                     f"{stat.S_IMODE(mode):o}): anyone who can write it can plant entries this "
+                                     "process will run; use chmod 700, or set GRAPHCACHE_SIGNING_KEY")
 
 
 def _is_read_only_fs(path: Path) -> bool:
@@ -159,6 +173,7 @@ class GraphCache:
                                                       settings.DEFAULT_REMOTE_RETRY_AFTER))
         self.index: CacheIndex | None = None
         self.last_purge = PurgeResult(0, 0, ())
+        _warn_if_shared_writable(self.cache_dir)
         if not self.disabled and not self.read_only and not os.access(self.cache_dir, os.W_OK):
             # A read-only mount (or someone else's dir): serve hits, store nothing, say so once.
             reason = "read-only file system" if _is_read_only_fs(self.cache_dir) else "permission denied"

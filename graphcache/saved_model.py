@@ -30,11 +30,13 @@ Its payload is JSON::
      "signature": {"feeds": [...], "fetches": [...], "targets": []},
      "source_ops": ["Const", "MatMul", ...]}
 
-``source_ops`` are the op types of the frozen graph's fan-in: a hit checks the compiled graph against them
-as GraphCache checks any hit against its source graph (safety.py: no stateful, I/O or unknown op types
-the source did not have). The alias itself cannot be checked against a SavedModel that is never loaded:
-like entries fetched from a remote or a bundle, it is covered by signing (``GRAPHCACHE_SIGNING_KEY``:
-``read_entry`` then refuses unsigned or badly signed aliases and graphs).
+A hit checks the compiled graph against the op types read from the SavedModel's own saved_model.pb
+(graph structure only: parsing it skips the load, the variables and the freeze), as GraphCache checks any
+hit against its source graph (safety.py: no stateful, I/O or unknown op types the source did not have).
+``source_ops`` (the frozen fan-in's op types) is kept for inspection. The alias's mapping itself cannot
+be checked against a model that is never loaded: like entries fetched from a remote or a bundle, it is
+covered by signing (``GRAPHCACHE_SIGNING_KEY``: ``read_entry`` then refuses unsigned or badly signed
+aliases and graphs).
 
 A dangling alias (its graph entry purged or evicted) is a miss: the SavedModel is loaded again and the
 alias rewritten. ``graphcache warm DIR`` writes the same aliases (see warm.py).
@@ -136,14 +138,12 @@ def alias_key(cache: GraphCache, path: str | os.PathLike[str], signature_key: st
     return key, parts
 
 
-def signature_keys(path: str | os.PathLike[str]) -> list[str]:
-    """The signature keys a SavedModel declares, read from saved_model.pb without loading the model."""
+def _read_proto(root: Path):
+    """The SavedModel proto from saved_model.pb(txt): graph structure and signatures, no weights."""
     from google.protobuf import message as pb_message
     from google.protobuf import text_format
     from tensorflow.core.protobuf import saved_model_pb2
 
-    root = Path(path)
-    _check_dir(root)
     proto = saved_model_pb2.SavedModel()
     try:
         if (root / "saved_model.pb").is_file():
@@ -152,6 +152,25 @@ def signature_keys(path: str | os.PathLike[str]) -> list[str]:
             text_format.Parse((root / "saved_model.pbtxt").read_text(), proto)
     except (pb_message.DecodeError, text_format.ParseError, UnicodeDecodeError) as exc:
         raise SavedModelError(f"{str(root)!r}: saved_model.pb does not parse: {exc}") from None
+    return proto
+
+
+def saved_model_ops(path: str | os.PathLike[str]) -> set[str]:
+    """Every op type in saved_model.pb (graphs and their function libraries): what a compiled graph of
+    this SavedModel may contain besides the stateless ops freezing and Grappler introduce (safety.py)."""
+    proto = _read_proto(Path(path))
+    ops: set[str] = set()
+    for meta_graph in proto.meta_graphs:
+        graph_def = meta_graph.graph_def
+        ops.update(safety.graph_ops(graph_def))
+    return ops
+
+
+def signature_keys(path: str | os.PathLike[str]) -> list[str]:
+    """The signature keys a SavedModel declares, read from saved_model.pb without loading the model."""
+    root = Path(path)
+    _check_dir(root)
+    proto = _read_proto(root)
     keys: list[str] = []
     for meta_graph in proto.meta_graphs:
         keys.extend(k for k in meta_graph.signature_def if not k.startswith("__") and k not in keys)
@@ -299,8 +318,12 @@ def build(cache: GraphCache, path: Path, signature_key: str, loaded: Any, *, key
     return Prepared(key, alias, compiled, False, compiled.hit, stored)
 
 
-def lookup(cache: GraphCache, key: str, *, load_graph: bool) -> Prepared | None:
-    """An alias hit: the alias and (``load_graph``) its compiled graph; None when either is missing."""
+def lookup(cache: GraphCache, key: str, *, load_graph: bool, source: Path | None = None) -> Prepared | None:
+    """An alias hit: the alias and (``load_graph``) its compiled graph; None when either is missing.
+
+    ``source``: the SavedModel directory; the compiled graph is checked against the op types in its
+    saved_model.pb (the alias's own recorded op list is used only when no source is given).
+    """
     found = read_alias(cache, key)
     if found is None:
         return None
@@ -314,16 +337,18 @@ def lookup(cache: GraphCache, key: str, *, load_graph: bool) -> Prepared | None:
             except (OSError, sqlite3.Error) as exc:  # an LRU touch is best effort
                 log.debug("graphcache: touching %s failed: %s", alias.target, exc)
         return Prepared(key, alias, None, True, True, True)
-    compiled = _load_target(cache, alias, header)
+    source_ops = saved_model_ops(source) if source is not None else set(alias.source_ops)
+    compiled = _load_target(cache, alias, header, source_ops)
     if compiled is None:
         log.info("graphcache: SavedModel alias %s points at missing entry %s; rebuilding", key, alias.target)
         return None
     return Prepared(key, alias, compiled, True, True, True)
 
 
-def _load_target(cache: GraphCache, alias: Alias, alias_header: codec.EntryHeader) -> CompiledGraph | None:
+def _load_target(cache: GraphCache, alias: Alias, alias_header: codec.EntryHeader,
+                 source_ops: set[str]) -> CompiledGraph | None:
     """The alias's compiled graph, checked as GraphCache checks a hit: entry checks (and signature, with a
-    signing key) in ``read_entry``, then the poisoning check against the source ops the alias recorded."""
+    signing key) in ``read_entry``, then the poisoning check against the SavedModel's own op types."""
     entry = cache.read_entry(alias.target)
     if entry is None:
         return None
@@ -333,7 +358,7 @@ def _load_target(cache: GraphCache, alias: Alias, alias_header: codec.EntryHeade
     except pb_message.DecodeError as exc:
         cache.discard_corrupt(alias.target, exc)
         return None
-    introduced = safety.introduced_ops(alias.source_ops, graph_def)
+    introduced = safety.introduced_ops(source_ops, graph_def)
     if introduced:
         cache.discard_untrusted(alias.target, "it adds ops its source graph does not have: "
                                               + ", ".join(introduced))
@@ -435,7 +460,7 @@ def load_saved_model(path: str | os.PathLike[str], signature_key: str = DEFAULT_
     key, parts = "", {}
     if not cache.disabled:
         key, parts = alias_key(cache, path, signature_key)
-        hit = lookup(cache, key, load_graph=True)
+        hit = lookup(cache, key, load_graph=True, source=path)
         if hit is not None:
             log.info("graphcache SavedModel hit %s[%s] alias=%s key=%s", path, signature_key, key,
                      hit.alias.target)

@@ -201,3 +201,32 @@ def test_keras_saved_model(tmp_path, cache):
     assert hit.hit
     assert_outputs_equal(hit(features=x), want)
 
+
+
+def test_poisoned_target_is_checked_against_saved_model_pb(saved_model, cache_dir):
+    """The hit path never builds the source graph: the compiled graph is checked against the op types
+    in saved_model.pb, so a graph entry rewritten to write files is refused and rebuilt."""
+    from tensorflow.core.framework import graph_pb2
+
+    from graphcache import cache as cache_module
+    from graphcache.saved_model import saved_model_ops
+
+    from .test_trust import _add_write_file
+
+    cache = GraphCache(cache_dir)
+    x = np.ones((2, 4), np.float32)
+    first = graphcache.load_saved_model(saved_model, cache=cache)
+    want = first(x=x)
+    target = first.key  # the compiled graph's entry, which the alias points at
+    assert "WriteFile" not in saved_model_ops(saved_model)
+    path = cache.store.path_for(target)
+    header, payload = codec.decode(path.read_bytes(), target)
+    graph_def = graph_pb2.GraphDef.FromString(payload)
+    _add_write_file(graph_def)
+    path.write_bytes(codec.encode(header, graph_def.SerializeToString()))
+    cache_module._warned.clear()
+    with pytest.warns(graphcache.GraphCacheWarning, match="WriteFile"):
+        again = graphcache.load_saved_model(saved_model, cache=cache)
+    assert not again.hit
+    assert_outputs_equal(again(x=x), want)
+    assert cache.stats().uncacheable["untrusted_entry"] == 1

@@ -96,3 +96,19 @@ def test_outputs_unchanged_with_signing(cache_dir, mlp, monkeypatch):
     first = _run(cache.compile(mlp.graph_def, mlp.fetches, mlp.feeds), mlp, x)
     second = _run(cache.compile(mlp.graph_def, mlp.fetches, mlp.feeds), mlp, x)
     np.testing.assert_array_equal(first, second)
+
+
+@pytest.mark.parametrize("mode, who", [(0o777, "other users"), (0o770, "its group")])
+def test_shared_writable_cache_dir_warns(cache_dir, mode, who):
+    cache_dir.chmod(mode)
+    with pytest.warns(GraphCacheWarning, match=f"writable by {who}"):
+        GraphCache(cache_dir)
+
+
+def test_private_cache_dir_does_not_warn(cache_dir):
+    import warnings
+
+    cache_dir.chmod(0o700)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GraphCacheWarning)
+        GraphCache(cache_dir)
