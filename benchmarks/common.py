@@ -116,6 +116,55 @@ def run_function(module: str, function: str, *, env: Mapping[str, str] | None = 
                       what=f"{module}.{function}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})")
 
 
+class RunningChild:
+    """A child started by ``start_function``: its output goes to temp files (a pipe could fill and block it)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], out: Any, err: Any, what: str) -> None:
+        self.proc, self._out, self._err, self.what = proc, out, err, what
+
+    def result(self, timeout: float = DEFAULT_CHILD_TIMEOUT) -> Any:
+        """Wait for the child; return the JSON of its last stdout line (ChildError if it failed)."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise ChildError(f"{self.what} ran longer than {timeout:.0f}s") from None
+        self._out.seek(0)
+        self._err.seek(0)
+        stdout, stderr = self._out.read().decode(errors="replace"), self._err.read().decode(errors="replace")
+        self._out.close()
+        self._err.close()
+        if self.proc.returncode != 0:
+            tail = "\n".join(stderr.strip().splitlines()[-25:])
+            raise ChildError(f"{self.what} exited with status {self.proc.returncode}:\n{tail}")
+        try:
+            return _last_json_line(stdout)
+        except ValueError as exc:
+            raise ChildError(f"{self.what} printed no JSON result ({exc}); stdout tail: {stdout[-500:]!r}") from None
+
+    def failed(self) -> bool:
+        """True once the child has exited with an error status (without waiting)."""
+        return self.proc.poll() not in (None, 0)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_function(module: str, function: str, *, env: Mapping[str, str] | None = None, **kwargs: Any
+                   ) -> RunningChild:
+    """Like ``run_function``, without waiting: several children can run at once. ``.result()`` collects."""
+    import tempfile
+
+    code = _BOOTSTRAP.format(bench_dir=str(BENCH_DIR))
+    # closed by RunningChild.result(), after the child has exited
+    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, "-c", code, module, function, json.dumps(kwargs)], cwd=REPO_ROOT,
+                            env=dict(env or child_env()), stdout=out, stderr=err)
+    return RunningChild(proc, out, err, f"{module}.{function}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})")
+
+
 def warm_up() -> Any:
     """Run in a child BEFORE its timer: import TensorFlow and resolve the lazily loaded names every variant
     uses, so that the TF import (several seconds, equal for all variants) stays out of every measurement.

@@ -84,13 +84,16 @@ class EntryHeader:
 
 
 def _worth_compressing(payload: bytes | memoryview) -> bool:
+    """Whether zstd pays, judged on a sample: up to ``_SAMPLES`` chunks spread over the payload, never more
+    than a quarter of it (small payloads are judged on their first chunk)."""
     view = memoryview(payload)
     size = len(view)
-    if size <= _SAMPLE_CHUNK * 2:
-        sample = bytes(view)
+    chunks = min(_SAMPLES, size // (4 * _SAMPLE_CHUNK))
+    if chunks <= 1:
+        sample = bytes(view[:_SAMPLE_CHUNK])
     else:
-        step = (size - _SAMPLE_CHUNK) // (_SAMPLES - 1)
-        sample = b"".join(bytes(view[i * step : i * step + _SAMPLE_CHUNK]) for i in range(_SAMPLES))
+        step = (size - _SAMPLE_CHUNK) // (chunks - 1)
+        sample = b"".join(bytes(view[i * step : i * step + _SAMPLE_CHUNK]) for i in range(chunks))
     if not sample:
         return False
     compressed = zstandard.ZstdCompressor(level=1).compress(sample)
