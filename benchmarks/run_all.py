@@ -13,10 +13,12 @@ Sections (each a module of benchmarks/, each figure a median of several runs, co
 6. ``concurrency``: 8 processes started together on one uncached graph (concurrency.py);
 7. ``store_scale``: the store at 10,000 entries (store_scale.py, as a script);
 8. ``accelerate``: accelerate_train_mode step times (accelerate_train.py, as a script).
+9. ``saved_model``: SavedModel cold start, TensorFlow's load vs graphcache.load_saved_model (full run only).
 
 - default (``make bench``, ~20 min on 2 cores): ResNet50, MobileNetV2, InceptionV3 (5 fresh processes per
   variant) and BERT-base (3), with the step-by-step ``parts`` processes; the TF1 graph (5); zstd on the
-  four models; concurrency on ResNet50 (3 rounds); xla_bench's default run; accelerate_train ``--quick``.
+  four models; concurrency on ResNet50 (3 rounds); xla_bench's default run; accelerate_train's default
+  run (600 steps); saved_model_bench (5 rounds).
   Writes ``benchmarks/RESULTS.md``, the raw ``benchmarks/RESULTS.json`` and the plots
   ``benchmarks/cold_warm.png``, ``benchmarks/zstd.png`` and ``benchmarks/concurrency.png``.
 - ``--quick`` (``make bench-quick``, under 3 minutes on 2 cores): ResNet50 and the TF1 graph with 3 fresh
@@ -70,7 +72,7 @@ class Plan:
     concurrency_rounds: int
     xla_args: tuple[str, ...] | None  # None: not run
     store_scale_args: tuple[str, ...] = ()
-    accelerate_args: tuple[str, ...] = ("--quick",)
+    accelerate_args: tuple[str, ...] = ()  # the default run: 600 steps (the [accelerate] goal)
     saved_model_args: tuple[str, ...] | None = ("--runs", "5")  # None: not run
     sections: tuple[str, ...] = field(default=SECTIONS)
 
