@@ -65,33 +65,21 @@ def time_command(root: Path, *args: str, repeats: int = 5) -> float:
     return statistics.median(times)
 
 
-def time_puts(root: Path, version: str, puts: int, start_index: int) -> float:
-    """Median seconds of one GraphCache.write_entry on this cache dir (cap set so nothing is evicted)."""
+def time_puts(root: Path, puts: int, start_index: int, *, evicting: bool = False) -> float:
+    """Median seconds of one GraphCache.write_entry on this cache dir.
+
+    ``evicting``: the cap is the current size, so every put must evict (the LRU walk is incremental);
+    otherwise the cap is out of reach and nothing is evicted.
+    """
     from graphcache import GraphCache
 
-    cache = GraphCache(root, identity_salt="store-scale", max_size="1TB", on_version_change="keep")
+    max_size = CacheDir(root).stats().bytes if evicting else "1TB"
+    cache = GraphCache(root, identity_salt="store-scale", max_size=max_size, on_version_change="keep")
     payload = os.urandom(PAYLOAD)
     times = []
     for i in range(start_index, start_index + puts):
         header = codec.EntryHeader(key=_key(i), version=cache.version, identity={"bench": True},
                                    name=f"put-{i}", created=time.time())
-        start = time.perf_counter()
-        assert cache.write_entry(header, payload)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def time_evicting_puts(root: Path, puts: int, start_index: int) -> float:
-    """Median seconds of a put that must evict (cap = current size): the LRU walk is incremental."""
-    from graphcache import GraphCache
-
-    size = CacheDir(root).stats().bytes
-    cache = GraphCache(root, identity_salt="store-scale", max_size=size, on_version_change="keep")
-    payload = os.urandom(PAYLOAD)
-    times = []
-    for i in range(start_index, start_index + puts):
-        header = codec.EntryHeader(key=_key(i), version=cache.version, identity={"bench": True},
-                                   name=f"evicting-put-{i}", created=time.time())
         start = time.perf_counter()
         assert cache.write_entry(header, payload)
         times.append(time.perf_counter() - start)
@@ -114,10 +102,10 @@ def main(argv: list[str] | None = None) -> dict:
         results["fill_seconds"] = time.perf_counter() - t0
         results["stats_json_seconds"] = time_command(big, "stats", "--json")
         results["ls_json_seconds"] = time_command(big, "ls", "--json")
-        results["put_small_seconds"] = time_puts(small, "bench-version", args.puts, 10**7)
-        results["put_big_seconds"] = time_puts(big, "bench-version", args.puts, 10**7)
-        results["evicting_put_small_seconds"] = time_evicting_puts(small, args.puts, 2 * 10**7)
-        results["evicting_put_big_seconds"] = time_evicting_puts(big, args.puts, 2 * 10**7)
+        results["put_small_seconds"] = time_puts(small, args.puts, 10**7)
+        results["put_big_seconds"] = time_puts(big, args.puts, 10**7)
+        results["evicting_put_small_seconds"] = time_puts(small, args.puts, 2 * 10**7, evicting=True)
+        results["evicting_put_big_seconds"] = time_puts(big, args.puts, 2 * 10**7, evicting=True)
     results["put_ratio"] = results["put_big_seconds"] / results["put_small_seconds"]
     results["evicting_put_ratio"] = results["evicting_put_big_seconds"] / results["evicting_put_small_seconds"]
     n = args.entries

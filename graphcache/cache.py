@@ -406,7 +406,9 @@ class GraphCache:
         except _STORAGE_ERRORS as exc:
             warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
 
-    def _load(self, key: str, view: GraphView, label: str) -> CompiledGraph | None:
+    def read_graph(self, key: str, source_ops: set[str]) -> tuple[codec.EntryHeader, graph_pb2.GraphDef] | None:
+        """A verified graph entry that passes the poisoning check against its source's op types
+        (safety.py), or None: missing, corrupt or untrusted entries are handled (fail open) and missed."""
         entry = self.read_entry(key)
         if entry is None:
             return None
@@ -416,10 +418,17 @@ class GraphCache:
         except _pb_message.DecodeError as exc:
             self.discard_corrupt(key, exc)
             return None
-        introduced = safety.introduced_ops(view.op_types(), graph_def)
+        introduced = safety.introduced_ops(source_ops, graph_def)
         if introduced:
             self.discard_untrusted(key, f"it adds ops its source graph does not have: {', '.join(introduced)}")
             return None
+        return header, graph_def
+
+    def _load(self, key: str, view: GraphView, label: str) -> CompiledGraph | None:
+        found = self.read_graph(key, view.op_types())
+        if found is None:
+            return None
+        header, graph_def = found
         self._count(hits=1, saved_seconds=header.compile_seconds)
         return CompiledGraph(key, True, graph_def, header.compile_seconds, header.name or label, view.signature)
 

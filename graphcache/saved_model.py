@@ -59,7 +59,6 @@ from typing import Any
 import numpy as np
 import xxhash
 from google.protobuf import message as pb_message
-from tensorflow.core.framework import graph_pb2
 
 from . import codec, safety
 from .cache import GraphCache, warn_once
@@ -140,7 +139,6 @@ def alias_key(cache: GraphCache, path: str | os.PathLike[str], signature_key: st
 
 def _read_proto(root: Path):
     """The SavedModel proto from saved_model.pb(txt): graph structure and signatures, no weights."""
-    from google.protobuf import message as pb_message
     from google.protobuf import text_format
     from tensorflow.core.protobuf import saved_model_pb2
 
@@ -349,20 +347,10 @@ def _load_target(cache: GraphCache, alias: Alias, alias_header: codec.EntryHeade
                  source_ops: set[str]) -> CompiledGraph | None:
     """The alias's compiled graph, checked as GraphCache checks a hit: entry checks (and signature, with a
     signing key) in ``read_entry``, then the poisoning check against the SavedModel's own op types."""
-    entry = cache.read_entry(alias.target)
-    if entry is None:
+    found = cache.read_graph(alias.target, source_ops)
+    if found is None:
         return None
-    header, payload = entry
-    try:
-        graph_def = graph_pb2.GraphDef.FromString(payload)
-    except pb_message.DecodeError as exc:
-        cache.discard_corrupt(alias.target, exc)
-        return None
-    introduced = safety.introduced_ops(source_ops, graph_def)
-    if introduced:
-        cache.discard_untrusted(alias.target, "it adds ops its source graph does not have: "
-                                              + ", ".join(introduced))
-        return None
+    header, graph_def = found
     # a hit, saving the graph's compile and the SavedModel load + freeze the alias skipped
     cache._count(hits=1, saved_seconds=header.compile_seconds + alias_header.compile_seconds)
     return CompiledGraph(alias.target, True, graph_def, header.compile_seconds, header.name, alias.signature)
