@@ -371,3 +371,19 @@ def test_with_a_signing_key_only_signed_entries_reach_tensorflow(cache_dir, monk
     (xc.directory / name).write_bytes(data)  # written by TensorFlow during this process: signed at sync
     assert xc.sync().ingested == 1
     assert xc.prepare() and xc.last_report.verified == 1
+
+
+# -- shipping executables: bundles and the remote ----------------------------------------------------------------
+def test_executables_travel_in_a_bundle(shared, tmp_path):
+    """Export from the shared cache, import into an empty dir: a fresh process there compiles nothing."""
+    bundle = tmp_path / "xla.tar.zst"
+    cli_json(shared["dir"], "export", str(bundle))
+    target = tmp_path / "consumer"
+    target.mkdir()
+    cli_json(target, "import", str(bundle))
+    assert sorted(r.key for r in xla_rows(target)) == shared["after_first"]["keys"]
+    consumer = child(target)
+    assert consumer["bound"] and consumer["prepared"]["materialized"] == 3, consumer["prepared"]
+    assert counters(target).get("xla_compiles", 0) == 0  # every executable came from the bundle
+    same_outputs(shared["first"], consumer)
+
