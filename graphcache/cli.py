@@ -455,10 +455,15 @@ def dir_command() -> None:
         message(f"note: {root} does not exist yet", style="dim")
 
 
+def configured_max_size() -> int:
+    """The size cap processes get by default here: GRAPHCACHE_MAX_SIZE, else 10 GiB (a GraphCache may set its own)."""
+    return settings.resolve_size(None, settings.ENV_MAX_SIZE, settings.DEFAULT_MAX_SIZE)
+
+
 def stats_json(stats: Stats, root: Path, versions: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "cache_dir": str(root.absolute()), "entries": stats.entries, "bytes": stats.bytes,
-        "max_size": settings.resolve_size(None, settings.ENV_MAX_SIZE, settings.DEFAULT_MAX_SIZE),
+        "max_size": configured_max_size(),
         "hit_rate": stats.hit_rate, "hits": stats.hits, "misses": stats.misses, "compiles": stats.compiles,
         "compile_seconds": stats.compile_seconds, "saved_seconds": stats.saved_seconds,
         "bytes_written": stats.bytes_written, "bytes_evicted": stats.bytes_evicted, "evictions": stats.evictions,
@@ -490,7 +495,8 @@ def stats_view(stats: Stats, root: Path, exists: bool, versions: list[dict[str, 
     table.add_row("Cache dir", str(root.absolute()) + ("" if exists else "  (does not exist)"))
     table.add_row("Entries", str(stats.entries))
     table.add_row("Size on disk", format_size(stats.bytes))
-    table.add_row("Max size", "unlimited")
+    cap = configured_max_size()
+    table.add_row("Max size", f"{format_size(cap)}  (GRAPHCACHE_MAX_SIZE; LRU beyond it)")
     rate = stats.hit_rate
     table.add_row("Hit rate", "-" if rate is None else f"{rate:.1%}")
     table.add_row("Hits", str(stats.hits))
