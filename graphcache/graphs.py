@@ -286,8 +286,7 @@ def _light_copy(graph_def: graph_pb2.GraphDef) -> graph_pb2.GraphDef:
 def validate(graph_def: graph_pb2.GraphDef, signature: Signature):
     """Import the graph into a fresh tf.Graph and check the signature's tensors: what would abort
     Grappler in native code fails here as InvalidGraphError. Returns the tf.Graph (for feed dtypes and
-    shapes); its big constants are stubs, so it validates without copying the weights (4-7x faster
-    on a frozen ResNet50)."""
+    shapes); its big constants are stubs, so it validates without copying the weights."""
     import tensorflow as tf
 
     graph = tf.Graph()
