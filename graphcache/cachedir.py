@@ -8,6 +8,7 @@ from the index's manifest (the version most recently opened by a GraphCache).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Iterable
@@ -52,11 +53,15 @@ class CacheDir:
         return max(versions, key=lambda v: versions[v][1]) if versions else ""
 
     def reconcile(self) -> tuple[int, int]:
-        """Bring the index in line with the entry files: (rows added, rows dropped)."""
+        """Bring the index in line with the entry files: (rows added, rows dropped); sizes are refreshed."""
         if self.index is None:
             return (0, 0)
         on_disk = {f.key: f for f in self.store.scan()}
-        indexed = {row.key for row in self.index.rows()}
+        rows = {row.key: row for row in self.index.rows()}
+        indexed = set(rows)
+        for key in on_disk.keys() & indexed:  # a writer killed between its rename and its index update
+            if rows[key].size != on_disk[key].size:
+                self.index.upsert(dataclasses.replace(rows[key], size=on_disk[key].size))
         added = 0
         latest: dict[str, float] = {}
         for key in on_disk.keys() - indexed:
