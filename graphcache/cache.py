@@ -373,24 +373,18 @@ class GraphCache:
 
     def discard_corrupt(self, key: str, exc: BaseException) -> None:
         """An entry failed a check: raise (strict) or warn once, count, and remove it so it is rebuilt."""
-        if self.strict:
-            raise CacheIOError(f"graphcache: entry {key} is corrupt: {exc}") from exc
-        warn_once("corrupt_entry", f"graphcache: entry {key} in {self.cache_dir} is corrupt ({exc}); "
-                                   "removed it and compiling again")
-        self._count_uncacheable("corrupt_entry", errors=1)
-        if not self.read_only:
-            with contextlib.suppress(*_STORAGE_ERRORS):
-                self.store.quarantine(key)
-                if self.index is not None:
-                    self.index.remove([key])
+        self._discard(key, "corrupt_entry", f"is corrupt ({exc});", f"is corrupt: {exc}", cause=exc)
 
     def discard_untrusted(self, key: str, why: str) -> None:
         """An entry that decodes but must not be used (poisoned, unsigned): warn once, count, remove, rebuild."""
+        self._discard(key, "untrusted_entry", f"rejected: {why};", f"rejected: {why}")
+
+    def _discard(self, key: str, reason: str, warning: str, strict_message: str,
+                 cause: BaseException | None = None) -> None:
         if self.strict:
-            raise CacheIOError(f"graphcache: entry {key} rejected: {why}")
-        warn_once("untrusted_entry", f"graphcache: entry {key} in {self.cache_dir} rejected: {why}; "
-                                     "removed it and compiling again")
-        self._count_uncacheable("untrusted_entry", errors=1)
+            raise CacheIOError(f"graphcache: entry {key} {strict_message}") from cause
+        warn_once(reason, f"graphcache: entry {key} in {self.cache_dir} {warning} removed it and compiling again")
+        self._count_uncacheable(reason, errors=1)
         if not self.read_only:
             with contextlib.suppress(*_STORAGE_ERRORS):
                 self.store.quarantine(key)

@@ -86,10 +86,8 @@ def parse_duration(value: str | float | int | timedelta) -> float:
 
 
 def resolve_duration(explicit: str | float | int | timedelta | None, env_name: str, default: float) -> float:
-    if explicit is not None:
-        return parse_duration(explicit)
-    raw = os.environ.get(env_name)
-    return default if raw in (None, "") else parse_duration(raw)
+    value = resolve_optional_duration(explicit, env_name)
+    return default if value is None else value
 
 
 def resolve_size(explicit: int | str | None, env_name: str, default: int) -> int:
