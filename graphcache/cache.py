@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import filelock
-from google.protobuf import message as _pb_message
 from tensorflow.core.framework import graph_pb2
 
-from . import codec, graphs, identity, keys, safety, settings
+from . import codec, graphs, identity, importing, keys, safety, settings
 from . import xla as _xla
+from .background import BackgroundWrites
 from .cachedir import CacheDir, row_from_header
 from .compiled import CompiledGraph
 from .compilers import Compiler, GrapplerCompiler
@@ -58,6 +58,10 @@ _CACHEDIR_TAG_TEXT = (
 )
 # Errors that mean "the cache's storage failed", as opposed to a bug or a bad graph.
 _STORAGE_ERRORS = (OSError, sqlite3.Error)
+
+# A miss whose entry is at least this big is written in the background (background.py); smaller ones are
+# written before compile() returns (milliseconds).
+BACKGROUND_WRITE_BYTES = 8 * 1024 * 1024
 
 _warned: set[str] = set()
 _warned_lock = threading.Lock()
@@ -172,6 +176,7 @@ class GraphCache:
                 retry_after=settings.resolve_duration(remote_retry_after, settings.ENV_REMOTE_RETRY_AFTER,
                                                       settings.DEFAULT_REMOTE_RETRY_AFTER))
         self.index: CacheIndex | None = None
+        self._writes = BackgroundWrites()
         self.last_purge = PurgeResult(0, 0, ())
         _warn_if_shared_writable(self.cache_dir)
         if not self.disabled and not self.read_only and not os.access(self.cache_dir, os.W_OK):
@@ -266,8 +271,8 @@ class GraphCache:
             raise
         if self.disabled:
             self._count_uncacheable("disabled")
-            graph_def, seconds = self._compile_now(source, signature, options)
-            return CompiledGraph("", False, graph_def, seconds, label, signature)
+            graph_def, data, seconds = self._compile_now(source, signature, options)
+            return CompiledGraph("", False, graph_def, seconds, label, signature, serialized=data)
 
         fp = keys.compute(view, options, self.identity, name=label)
         compiled = self._load(fp.key, view, label)
@@ -283,8 +288,9 @@ class GraphCache:
         source = graphs.load(graph)
         signature = Signature.create(fetches, feeds, targets)
         GraphView(source.graph_def, signature)  # validates the signature's names
-        graph_def, seconds = self._compile_now(source, signature, options)
-        return CompiledGraph("", False, graph_def, seconds, name or ",".join(signature.fetches), signature)
+        graph_def, data, seconds = self._compile_now(source, signature, options)
+        return CompiledGraph("", False, graph_def, seconds, name or ",".join(signature.fetches), signature,
+                             serialized=data)
 
     def _compile_single_flight(self, fp: keys.Fingerprint, source: graphs.Source, view: GraphView,
                                options: Any, label: str) -> CompiledGraph:
@@ -292,8 +298,8 @@ class GraphCache:
         if self.read_only:
             self._count(misses=1)
             self._count_uncacheable("read_only")
-            graph_def, seconds = self._compile_now(source, signature, options)
-            return CompiledGraph(fp.key, False, graph_def, seconds, label, signature)
+            graph_def, data, seconds = self._compile_now(source, signature, options)
+            return CompiledGraph(fp.key, False, graph_def, seconds, label, signature, serialized=data)
         try:
             lock = self.store.lock_for(fp.key, self.lock_timeout)
             lock.acquire()
@@ -309,63 +315,89 @@ class GraphCache:
                 if compiled is not None:
                     return compiled
             self._count(misses=1)
-            graph_def, seconds = self._compile_now(source, signature, options)
+            graph_def, data, seconds = self._compile_now(source, signature, options)
             self._count(compiles=1, compile_seconds=seconds)
             if lock is not None:
-                self._save(fp, graph_def, seconds, signature, label)
-            return CompiledGraph(fp.key, False, graph_def, seconds, label, signature)
+                if len(data) >= BACKGROUND_WRITE_BYTES and not self.strict:
+                    # Write while the caller imports and runs the graph; the lock goes with the write,
+                    # so other processes wait for the entry instead of compiling it again.
+                    self._writes.start(self._save, fp, data, seconds, signature, label, lock=lock)
+                    lock = None
+                else:
+                    self._save(fp, data, seconds, signature, label)
+            return CompiledGraph(fp.key, False, graph_def, seconds, label, signature, serialized=data)
         finally:
             if lock is not None:
                 lock.release()
 
     def _compile_now(self, source: graphs.Source, signature: Signature, options: Any
-                     ) -> tuple[graph_pb2.GraphDef, float]:
+                     ) -> tuple[graph_pb2.GraphDef | None, bytes, float]:
+        """Validate and compile: (the GraphDef when it had to be parsed, its bytes, seconds)."""
         start = time.perf_counter()
         tf_graph = source.tf_graph if source.tf_graph is not None else graphs.validate(source.graph_def, signature)
-        graph_def = self.compiler.compile(source.graph_def, tf_graph, signature, options)
-        keys.canonical_function_names(graph_def)
-        return graph_def, time.perf_counter() - start
+        data = self.compiler.compile_serialized(source.graph_def, tf_graph, signature, options)
+        graph_def = None
+        if importing.library_bytes(data):  # library functions get content-derived names (keys.py)
+            graph_def = graph_pb2.GraphDef.FromString(data)
+            keys.canonical_function_names(graph_def)
+            data = graph_def.SerializeToString()
+        return graph_def, data, time.perf_counter() - start
 
     # -- store access --------------------------------------------------------------------------------------
     # read_entry / write_entry are the one path to the store for every kind of entry (graphs, and the
     # kinds later features add): checks, fail-open handling, index rows and counters live here only.
-    def read_entry(self, key: str) -> tuple[codec.EntryHeader, bytes] | None:
+    def read_entry(self, key: str) -> tuple[codec.EntryHeader, bytes | memoryview] | None:
         """A verified entry's header and payload, or None (missing, unreadable or corrupt: fail open).
 
         Records the use (LRU) but no hit: the caller counts a hit once the payload proved usable.
         """
         try:
-            data = self.store.read(key)
+            parts = self._read_parts(key)
+            if parts is None:
+                return None
+            head, stored = parts
+            header, payload = codec.decode_parts(head, stored, key, signing_key=self._signing_key)
         except _STORAGE_ERRORS as exc:
             self._failure("io_error", f"reading entry {key}", exc)
             return None
-        if data is None:
-            return None
-        try:
-            header, payload = codec.decode(data, key, signing_key=self._signing_key)
         except UntrustedEntryError as exc:
             self.discard_untrusted(key, str(exc))
             return None
         except CorruptEntryError as exc:
             self.discard_corrupt(key, exc)
             return None
-        self._touch(key, header, len(data))
+        self._touch(key, header, len(head) + len(stored))
         return header, payload
+
+    def _read_parts(self, key: str) -> tuple[bytes | memoryview, bytes | memoryview] | None:
+        """The entry as (prefix + header, stored payload): the local file read in two pieces (the payload
+        in its own bytes, see LocalStore.read_parts), else the remote's copy split in place."""
+        local = self.store.local if isinstance(self.store, TieredStore) else self.store
+        parts = local.read_parts(key)
+        if parts is not None or not isinstance(self.store, TieredStore):
+            return parts
+        data = self.store.read(key)
+        if data is None:
+            return None
+        view = memoryview(data)
+        body = codec.head_size(view)
+        return view[:body], view[body:]
 
     def write_entry(self, header: codec.EntryHeader, payload: bytes) -> bool:
         """Store an entry atomically, index it and enforce the size cap; False when it could not be stored."""
         if self.read_only or self.disabled:
             return False
         try:
-            data = codec.encode(header, payload, signing_key=self._signing_key)
-            self.store.write(header.key, data)
+            parts = codec.encode_parts(header, payload, signing_key=self._signing_key)
+            self.store.write_parts(header.key, parts)
         except _STORAGE_ERRORS as exc:
             self._failure("io_error", f"writing entry {header.key}", exc)
             return False
-        self._count(bytes_written=len(data))
+        size = sum(len(part) for part in parts)
+        self._count(bytes_written=size)
         if self.index is not None and self.dir is not None:
             try:
-                self.index.upsert(row_from_header(header, len(data), header.created))
+                self.index.upsert(row_from_header(header, size, header.created))
                 self.dir.evict(max_size=self.max_size, max_age=self.max_age, keep=header.key)
             except _STORAGE_ERRORS as exc:
                 warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
@@ -400,38 +432,46 @@ class GraphCache:
         except _STORAGE_ERRORS as exc:
             warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
 
-    def read_graph(self, key: str, source_ops: set[str]) -> tuple[codec.EntryHeader, graph_pb2.GraphDef] | None:
-        """A verified graph entry that passes the poisoning check against its source's op types
-        (safety.py), or None: missing, corrupt or untrusted entries are handled (fail open) and missed."""
+    def read_graph(self, key: str, source_ops: set[str]) -> tuple[codec.EntryHeader, bytes] | None:
+        """A verified graph entry (header, serialized GraphDef) that passes the poisoning check against its
+        source's op types (safety.py), or None: missing, corrupt or untrusted entries are handled (fail
+        open) and missed. The op types are read from the bytes (importing.wire_op_types): the weights are
+        not parsed here, TensorFlow's importer parses them once."""
         entry = self.read_entry(key)
         if entry is None:
             return None
         header, payload = entry
+        data = payload if isinstance(payload, bytes) else bytes(payload)
         try:
-            graph_def = graph_pb2.GraphDef.FromString(payload)
-        except _pb_message.DecodeError as exc:
-            self.discard_corrupt(key, exc)
+            ops = importing.wire_op_types(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            self.discard_corrupt(key, CorruptEntryError(f"payload is not a GraphDef: {exc}"))
             return None
-        introduced = safety.introduced_ops(source_ops, graph_def)
+        introduced = safety.introduced_ops(source_ops, ops)
         if introduced:
             self.discard_untrusted(key, f"it adds ops its source graph does not have: {', '.join(introduced)}")
             return None
-        return header, graph_def
+        return header, data
 
     def _load(self, key: str, view: GraphView, label: str) -> CompiledGraph | None:
         found = self.read_graph(key, view.op_types())
         if found is None:
             return None
-        header, graph_def = found
+        header, data = found
         self._count(hits=1, saved_seconds=header.compile_seconds)
-        return CompiledGraph(key, True, graph_def, header.compile_seconds, header.name or label, view.signature)
+        return CompiledGraph(key, True, None, header.compile_seconds, header.name or label, view.signature,
+                             serialized=data)
 
-    def _save(self, fp: keys.Fingerprint, graph_def: graph_pb2.GraphDef, seconds: float,
-              signature: Signature, label: str) -> None:
+    def _save(self, fp: keys.Fingerprint, data: bytes, seconds: float, signature: Signature, label: str) -> None:
         header = codec.EntryHeader(
             key=fp.key, version=self.version, identity=self.identity, name=label, kind="graph",
             created=time.time(), compile_seconds=seconds, key_parts=fp.parts, extra=signature.as_dict())
-        self.write_entry(header, graph_def.SerializeToString())
+        self.write_entry(header, data)
+
+    def wait_for_writes(self, timeout: float | None = None) -> bool:
+        """Wait for entries this cache is writing in the background (big misses, see background.py);
+        True when none is left."""
+        return self._writes.wait(timeout)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Store new XLA executables, then wait (at most ``timeout`` seconds) for background uploads to the
@@ -440,8 +480,13 @@ class GraphCache:
         Uploads are also waited for at interpreter exit (up to a minute); call this where a process must not
         end before its entries are shared, e.g. at the end of a CI job that warms the remote.
         """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        written = self.wait_for_writes(timeout)
         _xla.sync(self)  # new XLA executables become entries first, so they are uploaded too
-        return self.store.flush(timeout) if isinstance(self.store, TieredStore) else True
+        if not isinstance(self.store, TieredStore):
+            return written
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        return self.store.flush(left) and written
 
     # -- management (delegated to the TF-free CacheDir) ------------------------------------------------------
     def _management(self) -> CacheDir:

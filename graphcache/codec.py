@@ -103,6 +103,13 @@ def _worth_compressing(payload: bytes | memoryview) -> bool:
 def encode(header: EntryHeader, payload: bytes, *, compress: bool | None = None, level: int = ZSTD_LEVEL,
            signing_key: bytes | None = None) -> bytes:
     """The bytes of one entry file. ``compress=None`` decides by sampling the payload."""
+    return b"".join(encode_parts(header, payload, compress=compress, level=level, signing_key=signing_key))
+
+
+def encode_parts(header: EntryHeader, payload: bytes, *, compress: bool | None = None, level: int = ZSTD_LEVEL,
+                 signing_key: bytes | None = None) -> tuple[bytes, bytes]:
+    """``encode`` as (prefix + header, stored payload): written one after the other they are the entry
+    file, and an uncompressed payload is not copied (joining 100 MB costs as much as writing it)."""
     if compress is None:
         compress = _worth_compressing(payload)
     header = dataclasses.replace(header, payload_size=len(payload))
@@ -112,7 +119,7 @@ def encode(header: EntryHeader, payload: bytes, *, compress: bool | None = None,
     checked = _CHECKED.pack(MAGIC, FORMAT_VERSION, flags, len(header_bytes),
                             xxhash.xxh3_64_intdigest(header_bytes), len(stored), xxhash.xxh3_128_digest(stored))
     signature = _sign(signing_key, checked, header_bytes, stored) if signing_key else _NO_SIGNATURE
-    return b"".join((checked, signature, header_bytes, stored))
+    return b"".join((checked, signature, header_bytes)), stored
 
 
 def _sign(key: bytes, checked: bytes | memoryview, header: bytes | memoryview, stored: bytes | memoryview) -> bytes:
@@ -144,29 +151,43 @@ def _parse_header(raw: bytes | memoryview, header_hash: int) -> EntryHeader:
         raise CorruptEntryError(f"unreadable header: {exc}") from None
 
 
-def decode(data: bytes, expected_key: str | None = None, *, signing_key: bytes | None = None
-           ) -> tuple[EntryHeader, bytes]:
+def decode(data: bytes | memoryview, expected_key: str | None = None, *, signing_key: bytes | None = None
+           ) -> tuple[EntryHeader, bytes | memoryview]:
     """Check an entry's bytes and return its header and (decompressed) payload.
 
     Raises CorruptEntryError on any mismatch; with ``signing_key``, UntrustedEntryError (a subclass) when
-    the entry is unsigned or its signature does not verify.
+    the entry is unsigned or its signature does not verify. An uncompressed payload is a view into ``data``.
     """
     view = memoryview(data)
-    flags, header_len, header_hash, stored_len, payload_hash = _parse_prefix(view)
+    body = head_size(view)
+    return decode_parts(view[:body], view[body:], expected_key, signing_key=signing_key)
+
+
+def head_size(prefix: bytes | memoryview) -> int:
+    """The length of the prefix + header of the entry whose first PREFIX_SIZE (or more) bytes are given."""
+    _, header_len, _, _, _ = _parse_prefix(prefix)
+    return PREFIX_SIZE + header_len
+
+
+def decode_parts(head: bytes | memoryview, stored: bytes | memoryview, expected_key: str | None = None, *,
+                 signing_key: bytes | None = None) -> tuple[EntryHeader, bytes | memoryview]:
+    """``decode`` for an entry read as (prefix + header, stored payload). An uncompressed payload is
+    ``stored`` itself: read into its own ``bytes``, it reaches TensorFlow without a copy."""
+    head = memoryview(head)
+    flags, header_len, header_hash, stored_len, payload_hash = _parse_prefix(head)
     body = PREFIX_SIZE + header_len
-    if len(view) != body + stored_len:
-        raise CorruptEntryError(f"entry is {len(view)} bytes, its prefix says {body + stored_len}")
-    header = _parse_header(view[PREFIX_SIZE:body], header_hash)
+    if len(head) != body or len(stored) != stored_len:
+        raise CorruptEntryError(f"entry is {len(head) + len(stored)} bytes, its prefix says {body + stored_len}")
+    header = _parse_header(head[PREFIX_SIZE:body], header_hash)
     if expected_key is not None and header.key != expected_key:
         raise CorruptEntryError(f"entry holds key {header.key}, expected {expected_key}")
-    stored = view[body:]
     if xxhash.xxh3_128_digest(stored) != payload_hash:
         raise CorruptEntryError("payload checksum mismatch")
     if signing_key:
         if not flags & FLAG_SIGNED:
             raise UntrustedEntryError("entry is not signed, and a signing key is set")
-        expected = _sign(signing_key, view[: _CHECKED.size], view[PREFIX_SIZE:body], stored)
-        if not hmac.compare_digest(expected, bytes(view[_CHECKED.size:PREFIX_SIZE])):
+        expected = _sign(signing_key, head[: _CHECKED.size], head[PREFIX_SIZE:body], stored)
+        if not hmac.compare_digest(expected, bytes(head[_CHECKED.size:PREFIX_SIZE])):
             raise UntrustedEntryError("entry signature does not verify with this signing key")
     if flags & FLAG_ZSTD:
         try:
@@ -178,6 +199,13 @@ def decode(data: bytes, expected_key: str | None = None, *, signing_key: bytes |
     if len(payload) != header.payload_size:
         raise CorruptEntryError(f"payload is {len(payload)} bytes, header says {header.payload_size}")
     return header, payload
+
+
+def peek_header(data: bytes | memoryview) -> EntryHeader:
+    """An entry's header from its bytes, checked against the header checksum; the payload is not read."""
+    view = memoryview(data)
+    _, header_len, header_hash, _, _ = _parse_prefix(view)
+    return _parse_header(view[PREFIX_SIZE:PREFIX_SIZE + header_len], header_hash)
 
 
 def read_header(path: str) -> EntryHeader:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
 from typing import Any
 
 from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
 
+from . import importing
 from .graphs import Signature
 
 
@@ -28,19 +29,49 @@ def runtime_config(config: Any = None) -> config_pb2.ConfigProto:
     return out
 
 
-@dataclass
 class CompiledGraph:
     """The result of ``GraphCache.compile``.
 
     ``compile_seconds`` is the original compile's time, also on a hit (so a hit can say what it saved).
+
+    The compiled graph is held serialized when that is how it arrived (a hit's payload, a fresh compile's
+    entry bytes): ``graph_def`` parses it on first access only, and ``import_graph``/``session`` hand the
+    bytes straight to TensorFlow's importer (importing.py). For a 100 MB frozen model that skips a parse
+    and a re-serialization, most of what importing costs. Once ``graph_def`` has been read (the caller may
+    have changed it), imports use the GraphDef instead.
     """
 
-    key: str
-    hit: bool
-    graph_def: graph_pb2.GraphDef
-    compile_seconds: float
-    name: str
-    signature: Signature
+    def __init__(self, key: str, hit: bool, graph_def: graph_pb2.GraphDef | None, compile_seconds: float,
+                 name: str, signature: Signature, *, serialized: bytes | None = None) -> None:
+        if graph_def is None and serialized is None:
+            raise ValueError("a CompiledGraph needs its graph_def or its serialized bytes")
+        self.key = key
+        self.hit = hit
+        self.compile_seconds = compile_seconds
+        self.name = name
+        self.signature = signature
+        self._graph_def = graph_def
+        self._serialized = serialized
+        self._exposed = False  # graph_def handed out: it may have been edited, the bytes may be stale
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (f"CompiledGraph(key={self.key!r}, hit={self.hit}, name={self.name!r}, "
+                f"compile_seconds={self.compile_seconds:.3f})")
+
+    @property
+    def graph_def(self) -> graph_pb2.GraphDef:
+        """The compiled GraphDef (parsed from the serialized bytes on first access)."""
+        with self._lock:
+            if self._graph_def is None:
+                self._graph_def = graph_pb2.GraphDef.FromString(self._serialized)
+            self._exposed = True
+            return self._graph_def
+
+    def _fresh_bytes(self) -> bytes | None:
+        """The serialized graph when it is known to match what ``graph_def`` would give, else None."""
+        with self._lock:
+            return None if self._exposed else self._serialized
 
     @property
     def feeds(self) -> tuple[str, ...]:
@@ -54,13 +85,26 @@ class CompiledGraph:
     def targets(self) -> tuple[str, ...]:
         return self.signature.targets
 
+    def import_into(self, graph: Any, name: str = "") -> None:
+        """Import the compiled graph into ``graph`` under the scope ``name`` ("" keeps node names)."""
+        data = self._fresh_bytes()
+        if data is not None:
+            try:
+                importing.import_serialized(graph, data, name=name)
+                return
+            except importing.FastImportUnavailable:
+                pass  # another TensorFlow: the public importer below does the same, slower
+        import tensorflow as tf
+
+        with graph.as_default():
+            tf.graph_util.import_graph_def(self.graph_def, name=name)
+
     def import_graph(self):
         """A new tf.Graph holding the compiled graph (node names unchanged)."""
         import tensorflow as tf
 
         graph = tf.Graph()
-        with graph.as_default():
-            tf.graph_util.import_graph_def(self.graph_def, name="")
+        self.import_into(graph)
         return graph
 
     def session(self, config: Any = None, target: str = ""):

@@ -42,7 +42,9 @@ def _stateful_or_unknown(op: str) -> bool:
     return op_def is None or op_def.is_stateful
 
 
-def introduced_ops(source_ops: Iterable[str], artifact: graph_pb2.GraphDef) -> list[str]:
-    """The op types the artifact brings in that it must not: sorted, empty when the artifact is fine."""
-    new = graph_ops(artifact) - set(source_ops)
+def introduced_ops(source_ops: Iterable[str], artifact: graph_pb2.GraphDef | Iterable[str]) -> list[str]:
+    """The op types the artifact (a GraphDef, or its op types as ``graph_ops`` gives them) brings in that it
+    must not: sorted, empty when the artifact is fine."""
+    ops = graph_ops(artifact) if isinstance(artifact, graph_pb2.GraphDef) else set(artifact)
+    new = ops - set(source_ops)
     return sorted(op for op in new if op in IO_OPS or _stateful_or_unknown(op))

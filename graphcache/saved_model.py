@@ -311,6 +311,7 @@ def build(cache: GraphCache, path: Path, signature_key: str, loaded: Any, *, key
     alias = dataclasses.replace(alias, target=compiled.key, signature=compiled.signature)
     stored = False
     if compiled.key and not cache.disabled and not cache.read_only:
+        cache.wait_for_writes()  # the alias may only point at an entry that is stored
         stored = cache.store.stat(compiled.key) is not None and write_alias(cache, key, parts, alias, path,
                                                                             freeze_seconds)
     return Prepared(key, alias, compiled, False, compiled.hit, stored)
@@ -350,10 +351,11 @@ def _load_target(cache: GraphCache, alias: Alias, alias_header: codec.EntryHeade
     found = cache.read_graph(alias.target, source_ops)
     if found is None:
         return None
-    header, graph_def = found
+    header, data = found
     # a hit, saving the graph's compile and the SavedModel load + freeze the alias skipped
     cache._count(hits=1, saved_seconds=header.compile_seconds + alias_header.compile_seconds)
-    return CompiledGraph(alias.target, True, graph_def, header.compile_seconds, header.name, alias.signature)
+    return CompiledGraph(alias.target, True, None, header.compile_seconds, header.name, alias.signature,
+                         serialized=data)
 
 
 # -- the callable --------------------------------------------------------------------------------------------

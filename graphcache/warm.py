@@ -159,7 +159,9 @@ def _warm_graph_def(cache: GraphCache, job: Job, feeds: Sequence[str] | None, fe
     result.key = compiled.key
     if compiled.hit:
         result.status = CACHED
-    elif cache.store.stat(compiled.key) is None:
+        return result
+    cache.wait_for_writes()  # big entries are written in the background
+    if cache.store.stat(compiled.key) is None:
         result.reason = "compiled, but the entry could not be stored (see the warnings)"
     else:
         result.status = COMPILED

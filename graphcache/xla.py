@@ -30,9 +30,22 @@ directory is a materialized view of those entries, kept in sync:
   every entry of this identity whose file is missing is written (temp file + ``os.replace``): this is how
   entries from a bundle (``import_bundle``) reach TensorFlow;
 - ingest: files TensorFlow wrote during the process become entries at ``sync()`` (the lead wires it to
-  ``GraphCache.flush()``), at interpreter exit (``atexit``), and at the next enable (above). A sidecar
-  ``<file>.xxh3`` (hash and size) marks a file as ingested, which is how "entry purged" is told apart from
-  "not ingested yet".
+  ``GraphCache.flush()``), at interpreter exit (``atexit``, which then waits for their uploads to the
+  remote, if any), and at the next enable (above). A sidecar ``<file>.xxh3`` (hash and size) marks a file
+  as ingested, which is how "entry purged" is told apart from "not ingested yet".
+
+The remote. With a remote tier (``GraphCache(remote=...)``, store/tiered.py) new entries are uploaded in
+the background like any other, and once an entry's upload succeeded a zero-byte marker
+``PREFIX/v1/<version>/xla/<xla identity id>/<key>`` is published (layout: store/remote.py). TensorFlow asks
+for executables by file name at compile time, too late to look their keys up; so at enable, after the
+files are checked and before the missing ones are written, the identity's markers are listed (one
+request, no entry read) and the entries the local store lacks are downloaded in parallel and verified like
+any remote read: a corrupt or untrusted object is refused, counted in ``remote_errors`` and warned about,
+never stored or written, and TensorFlow compiles that executable as usual. The rest are materialized with
+the other entries, before TensorFlow's first compile. A remote that is down or hangs costs one remote
+timeout and one warning and opens the circuit breaker; enable goes on with what is local. A marker whose
+entry is gone (purged by key) is a remote miss. Executables pushed after this process's enable reach it at
+its next enable.
 
 Hits and last use (approximate: TensorFlow does not report persistent-cache loads to Python). At enable
 every file's access time is re-armed (``os.utime`` with its own atime and mtime: the ctime moves past the
@@ -42,9 +55,10 @@ and mtime) and whose atime moved past its armed value was read by TensorFlow: it
 is updated and ``xla_hits`` counted, once per process. When the directory does not update access times
 (``noatime``, probed at enable) every file present and not rewritten counts as used by every process
 that enables this identity. Concurrent processes can see each other's reads (a hit may be counted by two
-processes) and only a read racing another process's enable can go unseen. New files are counted as ``xla_compiles``; ``xla_materialized``,
-``xla_bad_files`` and ``xla_removed`` count the repairs. These counters live in the index's counters table
-(``stats --json`` shows them once the CLI lists them). Compile time is unknown (``compile_seconds=0``).
+processes) and only a read racing another process's enable can go unseen. New files are counted as
+``xla_compiles``; ``xla_materialized``, ``xla_bad_files`` and ``xla_removed`` count the repairs,
+``xla_pulled`` the entries fetched from the remote. These counters live in the index's counters table
+(``stats --json`` shows them). Compile time is unknown (``compile_seconds=0``).
 
 Binding. TensorFlow parses ``TF_XLA_FLAGS`` once per process (``absl::call_once``), the first time any
 XLA flag is read: on the first device listing (``tf.config.list_physical_devices``), the first eager op or
@@ -72,10 +86,9 @@ evicted or purged by other means lose their files at the next enable of their id
 Fail open. Any failure (I/O, index, a file that cannot be verified or moved aside) warns once and leaves
 TensorFlow unbound or the entry unsynced; XLA then compiles as it would without graphcache. Known limits:
 TensorFlow fails a call when it cannot write a new executable (disk full mid-run): enable checks that the
-directory is writable but cannot prevent that. A read-only cache is not bound. Entries that exist only on
-the remote reach TensorFlow once they are local (TensorFlow asks for files by name, at compile time).
-The directory holds a second copy of each executable (the entry is the first): the size cap counts entries.
-A file that was never synced is checked for its framing only (see ``well_formed``).
+directory is writable but cannot prevent that. A read-only cache is not bound. The directory holds a
+second copy of each executable (the entry is the first): the size cap counts entries. A file that was
+never synced is checked for its framing only (see ``well_formed``).
 """
 
 from __future__ import annotations
@@ -98,11 +111,13 @@ from typing import TYPE_CHECKING, Any
 
 import xxhash
 
-from . import codec, settings
+from . import codec, settings, wire
 from .errors import CacheIOError, CorruptEntryError
 from .index import IndexRow
 from .stats import XLA_COUNTERS
 from .store.local import LocalStore, atomic_writer
+from .store.remote import XLA_KIND
+from .store.tiered import EXIT_WAIT, TieredStore
 
 if TYPE_CHECKING:
     from .cache import GraphCache
@@ -112,7 +127,7 @@ log = logging.getLogger("graphcache")
 ENV_XLA = "GRAPHCACHE_XLA"
 TF_XLA_FLAGS = "TF_XLA_FLAGS"
 XLA_DIR = "xla"
-KIND = "xla"
+KIND = XLA_KIND  # the remote tier publishes a marker for every uploaded entry of this kind (store/remote.py)
 SIDECAR_SUFFIX = ".xxh3"
 BAD_SUFFIX = ".bad"
 BAD_GRACE_SECONDS = 7 * 86400.0  # files moved aside are kept this long for inspection
@@ -531,6 +546,17 @@ def _sync_at_exit() -> None:
         if xc is not None:
             with _lock:
                 xc.sync()
+            _flush_uploads_at_exit(xc.cache)
+
+
+def _flush_uploads_at_exit(cache: GraphCache) -> None:
+    """Wait for the uploads the exit sync queued. The remote tier registers its own exit hook at its first
+    upload, after this one; atexit runs the last registered first, and skips hooks registered while it runs:
+    either way that hook is not there to wait for what the sync just stored."""
+    store = cache.store
+    if isinstance(store, TieredStore) and not store.flush(EXIT_WAIT):
+        log.warning("graphcache: gave up waiting for %d upload(s) to %s at exit; those entries stay local",
+                    store.pending_uploads, store.remote.url)
 
 
 # -- the managed directory -------------------------------------------------------------------------------------
@@ -544,6 +570,7 @@ class XlaReport:
     moved_aside: int = 0
     removed: int = 0
     hits: int = 0
+    pulled: int = 0
     bad_files: list[str] = field(default_factory=list)
 
 
@@ -626,11 +653,15 @@ class XlaCache:
             if outcome:
                 present.add(name)
         try:
+            self._pull(report)
+        except Exception as exc:  # an optional step: never a reason not to bind
+            self._failure(f"pulling XLA executables from {self.cache.remote}", exc)
+        try:
             self._materialize(present, report)
         except _STORAGE_ERRORS as exc:
             self._failure(f"writing executables into {self.directory}", exc)  # what is there is verified
         self.cache._count(xla_materialized=report.materialized, xla_bad_files=report.moved_aside,
-                          xla_removed=report.removed, xla_compiles=report.ingested)
+                          xla_removed=report.removed, xla_compiles=report.ingested, xla_pulled=report.pulled)
         if report.moved_aside:
             _warn("xla_bad_file", f"graphcache: {report.moved_aside} XLA executable(s) in {self.directory} failed "
                                   f"their check ({', '.join(report.bad_files[:3])}); moved aside as *{BAD_SUFFIX} "
@@ -683,6 +714,17 @@ class XlaCache:
             return None
         value = header.extra.get("xxh3")
         return value if isinstance(value, str) else None
+
+    def _pull(self, report: XlaReport) -> None:
+        """Copy this identity's entries that only the remote has into the local store (``_materialize``
+        then writes their files): one listing of the identity's markers, then parallel verified downloads.
+        The tiered store fails open (breaker, timeout, one warning) and refuses corrupt or untrusted objects."""
+        store = self.cache.store
+        if self.cache.read_only or not isinstance(store, TieredStore):
+            return
+        keys = store.marked_keys(self.id)
+        if keys:
+            report.pulled = len(store.prefetch(keys))
 
     def _materialize(self, present: set[str], report: XlaReport) -> None:
         """Write every entry of this identity whose file is missing (entries from a bundle, moved-aside files)."""
@@ -905,43 +947,6 @@ class XlaCache:
 
 
 # -- TensorFlow's file format --------------------------------------------------------------------------------
-def _varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise ValueError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-
-
-def _fields(data: bytes | memoryview) -> Iterator[tuple[int, int, Any]]:
-    """(field number, wire type, value) of a protobuf message; raises ValueError when it is not one."""
-    pos = 0
-    while pos < len(data):
-        tag, pos = _varint(data, pos)
-        number, wire = tag >> 3, tag & 7
-        if number == 0:
-            raise ValueError("field number 0")
-        if wire == 0:
-            value, pos = _varint(data, pos)
-        elif wire == 1:
-            value, pos = data[pos:pos + 8], pos + 8
-        elif wire == 2:
-            length, pos = _varint(data, pos)
-            value, pos = data[pos:pos + length], pos + length
-        elif wire == 5:
-            value, pos = data[pos:pos + 4], pos + 4
-        else:
-            raise ValueError(f"wire type {wire}")
-        if pos > len(data):
-            raise ValueError("field runs past the end")
-        yield number, wire, value
-
-
 def well_formed(data: bytes | memoryview, name: str) -> bool:
     """Whether ``data`` is TensorFlow's XlaSerializedCacheEntry for the file ``name``.
 
@@ -956,14 +961,14 @@ def well_formed(data: bytes | memoryview, name: str) -> bool:
     data = memoryview(data)  # no copies of the executable's bytes
     try:
         top: dict[int, Any] = {}
-        for number, wire, value in _fields(data):
-            if number in (1, 2, 3) and wire != 2:
+        for number, wire_type, value in wire.fields(data):
+            if number in (1, 2, 3) and wire_type != 2:
                 return False
             top[number] = value
         if not top.get(2) or not top.get(3) or 1 not in top:
             return False
         key: dict[int, Any] = {1: 0, 2: 0, 3: b"", 4: b"", 5: 0}
-        for number, _wire, value in _fields(top[1]):
+        for number, _wire_type, value in wire.fields(top[1]):
             key[number] = value
     except ValueError:
         return False

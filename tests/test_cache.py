@@ -206,7 +206,7 @@ def test_write_failure_fails_open_with_one_warning(cache, mlp, cnn, monkeypatch)
     def no_space(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(cache.store, "write", no_space)
+    monkeypatch.setattr(cache.store, "write_parts", no_space)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         first = cache.compile(mlp.graph_def, mlp.fetches, mlp.feeds)

@@ -48,7 +48,7 @@ def test_read_errors(cache, mlp, cnn, monkeypatch, code):
     def failing_read(key):
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(cache.store, "read", failing_read)
+    monkeypatch.setattr(cache.store, "read_parts", failing_read)
     FAULTS.append(f"{errno.errorcode[code]} on read")
     results, ours = _compile_all(cache, mlp, cnn)
     assert not any(r.hit for r in results)
@@ -60,10 +60,10 @@ def test_read_errors(cache, mlp, cnn, monkeypatch, code):
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EACCES, errno.EDQUOT])
 def test_write_errors(cache, mlp, monkeypatch, code):
-    def failing_write(key, data):
+    def failing_write(key, parts):
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(cache.store, "write", failing_write)
+    monkeypatch.setattr(cache.store, "write_parts", failing_write)
     FAULTS.append(f"{errno.errorcode[code]} on write")
     results, ours = _compile_all(cache, mlp)
     assert len(ours) == 1 and os.strerror(code) in str(ours[0].message)

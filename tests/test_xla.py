@@ -4,7 +4,8 @@ TensorFlow reads TF_XLA_FLAGS once per process, so the end-to-end tests run real
 processes (tests.helpers.run_python): a small Keras CNN under ``jit_compile=True`` (two functions) and a
 TF1 graph auto-clustered through ``xla.jit_config``: three executables per process. The directory logic
 (verify, move aside, materialize, ingest, purge) is also tested in this process on synthetic files in
-TensorFlow's format, without binding TensorFlow.
+TensorFlow's format, without binding TensorFlow. The remote tests share a bucket on a real S3 API on
+127.0.0.1 (moto's server mode, tests/s3server.py) between cache dirs playing machines.
 """
 
 from __future__ import annotations
@@ -15,15 +16,19 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import xxhash
+from click.testing import CliRunner
 
-from graphcache import CacheDir, GraphCache, GraphCacheWarning, xla
+from graphcache import CacheDir, GraphCache, GraphCacheWarning, cli, codec, xla
+from graphcache.store import LocalStore, RemoteStore
 
 from .helpers import ROOT, run_python
+from .s3server import BlackHole, S3Server, apply_env, s3_env
 
 USER_FLAGS = "--tf_xla_min_cluster_size=4"
 
@@ -36,12 +41,14 @@ with warnings.catch_warnings(record=True) as caught:
     from graphcache import xla
     cache = graphcache.GraphCache({cache_dir!r}, identity_salt={salt!r})
     {before}
+    enable_start = time.perf_counter()
     if {jit_first}:  # what Session(jit=True) would do, first thing
         jit = xla.jit_config(cache=cache)
         xc = xla.active()
     else:
         xc = graphcache.enable_xla(cache)
         jit = xla.jit_config(cache=cache)
+    enable_seconds = time.perf_counter() - enable_start
     other = graphcache.enable_xla(graphcache.GraphCache({other_dir!r})) if {other_dir!r} else None
     flags_after = os.environ.get("TF_XLA_FLAGS")
     import numpy as np, tensorflow as tf, keras
@@ -63,10 +70,13 @@ with warnings.catch_warnings(record=True) as caught:
     with tf.compat.v1.Session(graph=graph, config=jit) as sess:
         y_s = sess.run(out, {{ph: np.ones((4, 16), np.float32)}})
     synced = xla.sync(cache) if {sync} else None
+    extra = None
+    {after}
 print(json.dumps({{
     "bound": xc is not None, "dir": str(xc.directory) if xc else None, "files": xc.files() if xc else [],
     "prepared": vars(xc.last_report) if xc else None, "synced": vars(synced) if synced else None,
     "other_is_first": other is xc, "flags_after": flags_after, "first_call": first_call,
+    "enable_seconds": enable_seconds, "extra": extra,
     "y_f": y_f.tolist(), "y_g": y_g.tolist(), "y_s": y_s.tolist(),
     "warnings": [str(w.message) for w in caught if issubclass(w.category, GraphCacheWarning)],
 }}))
@@ -93,10 +103,11 @@ print(json.dumps({{"errors": errors}}))
 
 
 def child(cache_dir: Path, *, salt: str = "", before: str = "pass", other_dir: Path | None = None,
-          sync: bool = True, jit_first: bool = False) -> dict:
+          sync: bool = True, jit_first: bool = False, after: str = "pass", env: dict[str, str] | None = None
+          ) -> dict:
     code = CHILD.format(cache_dir=str(cache_dir), salt=salt, before=before, sync=sync, jit_first=jit_first,
-                        other_dir=str(other_dir) if other_dir else "")
-    return run_python(code, env={"TF_XLA_FLAGS": USER_FLAGS})
+                        other_dir=str(other_dir) if other_dir else "", after=after)
+    return run_python(code, env={"TF_XLA_FLAGS": USER_FLAGS, **(env or {})})
 
 
 def cli_json(cache_dir: Path, *args: str):
@@ -387,3 +398,212 @@ def test_executables_travel_in_a_bundle(shared, tmp_path):
     assert counters(target).get("xla_compiles", 0) == 0  # every executable came from the bundle
     same_outputs(shared["first"], consumer)
 
+
+# -- the remote: machines sharing a bucket (a real S3 API on 127.0.0.1, tests/s3server.py) ------------------------
+REMOTE_PREFIX = "team/graphcache"
+
+
+@pytest.fixture(scope="module")
+def s3_server():
+    """moto's S3 server, the environment pointing at it for this module (child processes inherit it)."""
+    server = S3Server()
+    with pytest.MonkeyPatch.context() as patch:
+        apply_env(patch, server.endpoint)
+        yield server
+    server.stop()
+
+
+def all_counters(cache_dir: Path) -> dict[str, float]:
+    index = CacheDir(cache_dir).index
+    assert index is not None
+    return index.counters()
+
+
+def bucket_objects(server: S3Server, bucket: str) -> dict[str, bytes]:
+    return server.objects(bucket, REMOTE_PREFIX + "/")
+
+
+@pytest.fixture(scope="module")
+def two_machines(tmp_path_factory, s3_server):
+    """Machine A compiles and pushes to a bucket; machine B, an empty cache dir on the same bucket, runs next."""
+    root = tmp_path_factory.mktemp("xla-remote")
+    bucket = s3_server.create_bucket()
+    url = f"s3://{bucket}/{REMOTE_PREFIX}"
+    a_dir, b_dir = root / "a", root / "b"
+    a_dir.mkdir()
+    b_dir.mkdir()
+    env = {"GRAPHCACHE_REMOTE": url}
+    a = child(a_dir, sync=False, after="extra = cache.flush(60)", env=env)  # flush: store, then upload
+    after_a = {"objects": bucket_objects(s3_server, bucket), "files": sorted(os.listdir(a["dir"]))}
+    b = child(b_dir, env=env)
+    return {"url": url, "bucket": bucket, "a_dir": a_dir, "b_dir": b_dir, "a": a, "b": b, "after_a": after_a,
+            "after_b": bucket_objects(s3_server, bucket)}
+
+
+def test_first_machine_pushes_executables_and_their_markers(two_machines):
+    a, objects = two_machines["a"], two_machines["after_a"]["objects"]
+    assert a["bound"] and a["extra"] is True and len(a["files"]) == 3, a["warnings"]
+    xla_id, version = Path(a["dir"]).name, CacheDir(two_machines["a_dir"]).current_version()
+    keys = sorted(xla.entry_key(xla_id, name) for name in a["files"])
+    base = f"{REMOTE_PREFIX}/v1/{version}"
+    markers = [f"{base}/xla/{xla_id}/{key}" for key in keys]
+    assert sorted(objects) == sorted([f"{base}/{key}.gce" for key in keys] + markers)  # the documented layout
+    assert all(objects[marker] == b"" for marker in markers)
+    local = LocalStore(two_machines["a_dir"])
+    assert all(objects[f"{base}/{key}.gce"] == local.read(key) for key in keys)
+    assert [f.key for f in RemoteStore(two_machines["url"]).scan()] == keys  # markers are not entries
+    assert RemoteStore(two_machines["url"], version=version).marked_keys(xla_id) == keys
+    stats = all_counters(two_machines["a_dir"])
+    assert (stats.get("uploads"), stats.get("xla_compiles"), stats.get("remote_errors", 0)) == (3, 3, 0)
+
+
+def test_second_machine_pulls_executables_before_its_first_compile(two_machines):
+    a, b = two_machines["a"], two_machines["b"]
+    assert b["bound"], b["warnings"]
+    assert Path(b["dir"]).relative_to(two_machines["b_dir"]) == Path(a["dir"]).relative_to(two_machines["a_dir"])
+    assert (b["prepared"]["pulled"], b["prepared"]["materialized"]) == (3, 3)
+    assert sorted(os.listdir(b["dir"])) == two_machines["after_a"]["files"]  # TensorFlow wrote no new file
+    assert all((Path(b["dir"]) / name).read_bytes() == (Path(a["dir"]) / name).read_bytes() for name in a["files"])
+    assert (b["synced"]["ingested"], b["synced"]["hits"]) == (0, 3)  # all three loaded by TensorFlow
+    same_outputs(a, b)
+    stats = all_counters(two_machines["b_dir"])
+    assert stats.get("xla_pulled") == 3 and stats.get("xla_compiles", 0) == 0
+    assert (stats.get("uploads", 0), stats.get("remote_errors", 0)) == (0, 0)
+    assert two_machines["after_b"] == two_machines["after_a"]["objects"]  # B uploaded nothing
+    assert not b["warnings"]
+    assert cli_json(two_machines["b_dir"], "stats", "--json")["xla_pulled"] == 3
+
+
+def test_corrupt_remote_executable_is_refused_and_compiled_locally(two_machines, s3_server, tmp_path):
+    objects = two_machines["after_a"]["objects"]
+    bad = sorted(name for name in objects if name.endswith(".gce"))[0]
+    bucket = s3_server.create_bucket()
+    for name, data in objects.items():  # A's bucket, one entry with a flipped payload byte
+        s3_server.put(bucket, name, data[:-1] + bytes([data[-1] ^ 0xFF]) if name == bad else data)
+    cache_dir = tmp_path / "c"
+    cache_dir.mkdir()
+    # sync=False: the executable it compiles is stored and pushed by the exit hook
+    c = child(cache_dir, sync=False, env={"GRAPHCACHE_REMOTE": f"s3://{bucket}/{REMOTE_PREFIX}"})
+    assert c["bound"]
+    assert (c["prepared"]["pulled"], c["prepared"]["materialized"]) == (2, 2)
+    assert len(c["warnings"]) == 1 and "corrupt" in c["warnings"][0], c["warnings"]
+    same_outputs(two_machines["a"], c)
+    assert not list(Path(c["dir"]).glob("*.bad"))
+    stats = all_counters(cache_dir)
+    assert (stats.get("remote_errors"), stats.get("xla_pulled"), stats.get("xla_compiles")) == (1, 2, 1)
+    key = bad.rsplit("/", 1)[1][: -len(".gce")]
+    header, _ = codec.decode(bucket_objects(s3_server, bucket)[bad], key)  # replaced by C's own compile
+    assert header.kind == "xla"
+
+
+def test_remote_hanging_at_enable_costs_one_timeout_and_xla_compiles_normally(shared, tmp_path):
+    hole = BlackHole()
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    try:
+        down = child(cache_dir, before="import tensorflow", env={
+            **s3_env(hole.endpoint), "GRAPHCACHE_REMOTE": f"s3://bucket/{REMOTE_PREFIX}",
+            "GRAPHCACHE_REMOTE_TIMEOUT": "2"})
+    finally:
+        hole.close()
+    assert down["bound"]
+    assert len(down["warnings"]) == 1 and "remote" in down["warnings"][0], down["warnings"]
+    assert 2 <= down["enable_seconds"] < 4, down["enable_seconds"]  # the listing's timeout, once
+    assert down["prepared"]["pulled"] == 0 and down["synced"]["ingested"] == 3
+    same_outputs(shared["first"], down)
+    stats = all_counters(cache_dir)
+    assert (stats.get("remote_errors"), stats.get("xla_compiles"), stats.get("uploads", 0)) == (1, 3, 0)
+
+
+def test_pull_skips_local_entries_and_markers_whose_entry_is_gone(s3_server, tmp_path):
+    bucket = s3_server.create_bucket()
+    url = f"s3://{bucket}/{REMOTE_PREFIX}"
+    machines = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        cache = GraphCache(tmp_path / name, remote=url, remote_timeout=5)
+        machines.append((cache, xla.XlaCache(cache, xla.xla_identity(cache.version, "cpu", []))))
+    (a, xa), (b, xb) = machines
+    assert xa.prepare() and xa.last_report.pulled == 0
+    files = dict(tf_file(sig=sig) for sig in (1, 2))
+    for name, data in files.items():
+        (xa.directory / name).write_bytes(data)  # "TensorFlow" compiled them on machine A
+    assert xa.sync().ingested == 2 and a.flush(timeout=30)
+    gone, kept = sorted(files)
+    s3_server.client().delete_object(  # an entry purged by another tool: its marker is left behind
+        Bucket=bucket, Key=f"{REMOTE_PREFIX}/v1/{a.version}/{xla.entry_key(xa.id, gone)}.gce")
+    assert len(a.remote.marked_keys(xa.id)) == 2
+
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        assert xb.prepare()
+        assert (xb.last_report.pulled, xb.last_report.materialized) == (1, 1)
+        assert xb.prepare() and (xb.last_report.pulled, xb.last_report.verified) == (0, 1)  # local: not fetched
+    assert not [w for w in record if issubclass(w.category, GraphCacheWarning)]
+    assert (xb.directory / kept).read_bytes() == files[kept] and not (xb.directory / gone).exists()
+    stats = b.stats()
+    assert (stats.remote_errors, stats.uploads, stats.xla["xla_pulled"]) == (0, 0, 1)
+
+
+def test_purge_remote_removes_markers_with_their_entries_and_versions(s3_server, tmp_path):
+    bucket = s3_server.create_bucket()
+    url = f"s3://{bucket}/{REMOTE_PREFIX}"
+    current, old, xla_id = "tf2.99.0-cccccccc", "tf2.98.0-dddddddd", "0123456789ab"
+    root = tmp_path / "cache"
+    root.mkdir()
+    CacheDir(root).index.record_version(current, {"tensorflow": "2.99.0"})
+    keys = {version: [f"{i:02x}" * 16 for i in range(start, start + 2)] for version, start in ((current, 1), (old, 3))}
+    for version, version_keys in keys.items():
+        remote = RemoteStore(url, version=version)
+        for key in version_keys:
+            remote.write(key, codec.encode(codec.EntryHeader(key=key, version=version, identity={}), b"x" * 100))
+            remote.publish_marker(xla_id, key)
+    RemoteStore(url, version=old).publish_marker(xla_id, "ff" * 16)  # a marker whose entry is gone
+    assert sorted(f.key for f in RemoteStore(url).scan()) == sorted(keys[current] + keys[old])
+
+    def purge(*args: str) -> dict:
+        result = CliRunner().invoke(cli.cli, ["purge", "--remote", *args, "--yes", "--json", "--cache-dir", str(root)],
+                                    env={"GRAPHCACHE_REMOTE": url})
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    assert purge("--stale")["count"] == 2  # entries are counted; their markers go with them
+    base = f"{REMOTE_PREFIX}/v1/{current}"
+    assert sorted(bucket_objects(s3_server, bucket)) == sorted(
+        [f"{base}/{key}.gce" for key in keys[current]] + [f"{base}/xla/{xla_id}/{key}" for key in keys[current]])
+    assert purge(keys[current][0])["count"] == 1  # by key: that entry's marker goes too
+    assert sorted(bucket_objects(s3_server, bucket)) == [f"{base}/{keys[current][1]}.gce",
+                                                         f"{base}/xla/{xla_id}/{keys[current][1]}"]
+    assert RemoteStore(url, version=current).marked_keys(xla_id) == [keys[current][1]]
+
+
+EXIT_CHILD = '''
+import json, os, shutil
+import graphcache
+from graphcache import xla
+cache = graphcache.GraphCache({cache_dir!r}, remote={url!r}, remote_timeout=30)
+xc = xla.XlaCache(cache, xla.xla_identity(cache.version, "cpu", []))
+assert xc.prepare()
+xla._active = xc  # what enable_xla does once TensorFlow is bound (its exit hook is registered then, too)
+xla._register_atexit()
+shutil.copyfile({source!r}, os.path.join(xc.directory, {name!r}))  # "TensorFlow" compiled it; nobody syncs
+print(json.dumps({{"id": xc.id, "pending": cache.store.pending_uploads}}))
+'''
+
+
+def test_executables_stored_at_exit_are_pushed_before_the_process_ends(s3_server, tmp_path):
+    """The exit hook stores the executables and waits for their upload: the remote tier's own exit hook,
+    registered at the first upload, would come too late."""
+    bucket = s3_server.create_bucket()
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    name, data = tf_file(exe=np.random.default_rng(0).bytes(32 * 2**20))  # slow enough to outlast the exit
+    (tmp_path / name).write_bytes(data)
+    out = run_python(EXIT_CHILD.format(cache_dir=str(cache_dir), url=f"s3://{bucket}/{REMOTE_PREFIX}", name=name,
+                                       source=str(tmp_path / name)))
+    assert out["pending"] == 0  # nothing queued before the exit hook ran
+    key = xla.entry_key(out["id"], name)
+    base = f"{REMOTE_PREFIX}/v1/{CacheDir(cache_dir).current_version()}"
+    objects = bucket_objects(s3_server, bucket)
+    assert sorted(objects) == [f"{base}/{key}.gce", f"{base}/xla/{out['id']}/{key}"]  # entry and marker
+    assert codec.decode(objects[f"{base}/{key}.gce"], key)[1] == data

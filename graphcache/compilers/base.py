@@ -21,3 +21,9 @@ class Compiler(abc.ABC):
     def compile(self, graph_def: graph_pb2.GraphDef, tf_graph: Any, signature: Signature,
                 config: Any = None) -> graph_pb2.GraphDef:
         """Compile ``graph_def`` for ``signature``. ``tf_graph`` is the same graph, imported (validated)."""
+
+    def compile_serialized(self, graph_def: graph_pb2.GraphDef, tf_graph: Any, signature: Signature,
+                           config: Any = None) -> bytes:
+        """``compile``, returning the compiled GraphDef serialized. Backends that get bytes from TensorFlow
+        override this to skip a parse and a serialization of the (possibly 100 MB) result."""
+        return self.compile(graph_def, tf_graph, signature, config).SerializeToString()

@@ -19,6 +19,7 @@ from typing import Any
 from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import config_pb2, device_properties_pb2, meta_graph_pb2
 
+from .. import wire
 from ..errors import InvalidGraphError
 from ..graphs import Signature
 from .base import Compiler
@@ -69,10 +70,28 @@ class GrapplerCompiler(Compiler):
 
     def compile(self, graph_def: graph_pb2.GraphDef, tf_graph: Any, signature: Signature,
                 config: Any = None) -> graph_pb2.GraphDef:
-        from tensorflow.python.grappler import tf_optimizer
+        return graph_pb2.GraphDef.FromString(self.compile_serialized(graph_def, tf_graph, signature, config))
 
+    def compile_serialized(self, graph_def: graph_pb2.GraphDef, tf_graph: Any, signature: Signature,
+                           config: Any = None) -> bytes:
+        config = config if config is not None else config_pb2.ConfigProto()
+        if not isinstance(config, config_pb2.ConfigProto):
+            raise InvalidGraphError(f"options must be a tf.compat.v1.ConfigProto, not {type(config).__name__}")
+        metagraph = _metagraph_bytes(graph_def, self._signature_def(tf_graph, signature))
+        with self._lock:  # one Grappler run at a time per cluster object
+            try:
+                # tf_optimizer.OptimizeGraph without its two round trips through Python protos: it would
+                # serialize a MetaGraphDef holding a copy of the graph, and parse the result.
+                return _optimize_serialized()(self._virtual_cluster().tf_cluster, config.SerializeToString(),
+                                              metagraph, False, b"graph_to_optimize", False)
+            except Exception as exc:  # Grappler reports bad graphs as InvalidArgumentError and friends
+                raise InvalidGraphError(f"Grappler could not compile the graph: {exc}") from exc
+
+    @staticmethod
+    def _signature_def(tf_graph: Any, signature: Signature) -> meta_graph_pb2.MetaGraphDef:
+        """A MetaGraphDef without its graph: fetches and targets kept (train_op collection), feeds and
+        fetches declared with dtypes and shapes (the "graphcache" signature)."""
         metagraph = meta_graph_pb2.MetaGraphDef()
-        metagraph.graph_def.CopyFrom(graph_def)
         keep = metagraph.collection_def["train_op"].node_list.value
         keep.extend(signature.roots())
         spec = metagraph.signature_def["graphcache"]
@@ -90,10 +109,22 @@ class GrapplerCompiler(Compiler):
             info.name = name
             info.dtype = tensor.dtype.base_dtype.as_datatype_enum
             info.tensor_shape.CopyFrom(tensor.shape.as_proto())
-        config = config if config is not None else config_pb2.ConfigProto()
-        with self._lock:  # one Grappler run at a time per cluster object
-            try:
-                return tf_optimizer.OptimizeGraph(config, metagraph, verbose=False,
-                                                  cluster=self._virtual_cluster())
-            except Exception as exc:  # Grappler reports bad graphs as InvalidArgumentError and friends
-                raise InvalidGraphError(f"Grappler could not compile the graph: {exc}") from exc
+        return metagraph
+
+
+_METAGRAPH_GRAPH_DEF = 2  # MetaGraphDef.graph_def's field number (tensorflow/core/protobuf/meta_graph.proto)
+
+
+def _metagraph_bytes(graph_def: graph_pb2.GraphDef, metagraph: meta_graph_pb2.MetaGraphDef) -> bytes:
+    """The serialized MetaGraphDef ``metagraph`` with ``graph_def`` as its graph, built without copying the
+    graph into the MetaGraphDef first: protobuf accepts fields in any order, so the graph's field is
+    appended to the serialized rest."""
+    graph = graph_def.SerializeToString()
+    field = wire.length_delimited_tag(_METAGRAPH_GRAPH_DEF) + wire.varint(len(graph))
+    return b"".join((metagraph.SerializeToString(), field, graph))
+
+
+def _optimize_serialized() -> Any:
+    from tensorflow.python.grappler import tf_optimizer
+
+    return tf_optimizer.tf_opt.TF_OptimizeGraphSerialized

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 
@@ -25,6 +25,10 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def write(self, key: str, data: bytes) -> None: ...
+
+    def write_parts(self, key: str, parts: Iterable[bytes | memoryview]) -> None:
+        """Write the concatenation of ``parts`` (stores that can, write them without joining)."""
+        self.write(key, b"".join(parts))
 
     @abc.abstractmethod
     def delete(self, key: str) -> int:

@@ -3,12 +3,21 @@
 Layout (``PREFIX`` is the URL given, e.g. ``s3://bucket/team/graphcache`` or ``file:///mnt/shared/gc``)::
 
     PREFIX/v1/<version>/<key>.gce
+    PREFIX/v1/<version>/xla/<xla identity id>/<key>
 
 - ``v1``: the version of this layout.
 - ``<version>``: the compiler version id (``tf2.21.0-1a2b3c4d``, see identity.py: TensorFlow, its git
   version, the entry format and the identity salt). Every entry of an old TensorFlow lives under one
   prefix, dropped in one go by ``graphcache purge --remote --stale``.
 - ``<key>.gce``: the entry, byte for byte the same self-describing file as a local entry (codec.py).
+- ``xla/<xla identity id>/<key>``: a zero-byte marker saying that the entry ``<key>.gce`` is an XLA
+  executable of that XLA identity (xla.py). TensorFlow asks for executables by file name at compile time,
+  so a machine cannot know their keys in advance: at enable it lists its identity's markers (one listing,
+  no entry downloaded) and fetches the entries it lacks. A marker is published only after its entry's
+  upload succeeded (store/tiered.py), so it never names an entry that was not published yet; it says
+  nothing about the entry's content (the entry is fetched and verified like any other), and a marker whose
+  entry is gone (purged by key) costs one remote miss. ``scan`` never yields markers; purges remove the
+  markers of the entries they remove, and ``--stale`` every marker of the versions it drops.
 
 Safe for many writers and readers without any coordination:
 
@@ -35,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -47,12 +57,20 @@ from .base import Store, StoredFile
 from .local import ENTRY_SUFFIX, TMP_SUFFIX, is_key
 
 LAYOUT = "v1"
+XLA_KIND = "xla"  # the kind of the entries xla.py writes: the ones that get a marker
+XLA_MARKERS = "xla"  # the folder of a version that holds the markers
+_XLA_ID_RE = re.compile(r"[0-9A-Za-z_-]{1,64}")  # an XLA identity id (12 hex digits): one safe path segment
 # Object stores publish an object atomically when its (single or multipart) upload completes: no temp name.
 _OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "oss", "memory"})
 _S3 = frozenset({"s3", "s3a"})
 S3_RETRIES = 2  # attempts s3fs makes at a request that timed out or dropped (its default, 5, outlasts any timeout)
 
 T = TypeVar("T")
+
+
+def is_xla_id(text: str) -> bool:
+    """Whether ``text`` can name a folder of XLA markers."""
+    return bool(_XLA_ID_RE.fullmatch(text))
 
 
 class RemoteError(GraphCacheError):
@@ -209,6 +227,24 @@ class RemoteStore(Store):
             raise RemoteError(f"{key!r} is not a cache key")
         return f"{self.version_prefix(version)}/{key}{ENTRY_SUFFIX}"
 
+    def markers_root(self, version: str) -> str:
+        """The folder of a version's XLA markers (see the module docstring)."""
+        return f"{self.version_prefix(version)}/{XLA_MARKERS}"
+
+    def markers_prefix(self, xla_id: str, version: str | None = None) -> str:
+        """The folder of ``xla_id``'s markers."""
+        version = self.version if version is None else version
+        if not version:
+            raise RemoteError("no compiler version given for a remote path")
+        if not is_xla_id(xla_id):
+            raise RemoteError(f"{xla_id!r} is not an XLA identity id")
+        return f"{self.markers_root(version)}/{xla_id}"
+
+    def marker_path(self, xla_id: str, key: str, version: str | None = None) -> str:
+        if not is_key(key):
+            raise RemoteError(f"{key!r} is not a cache key")
+        return f"{self.markers_prefix(xla_id, version)}/{key}"
+
     # -- Store interface -----------------------------------------------------------------------------------
     def read(self, key: str) -> bytes | None:
         path = self.path_for(key)
@@ -239,6 +275,46 @@ class RemoteStore(Store):
                 fs.rm_file(tmp)
             raise
 
+    # -- XLA markers ---------------------------------------------------------------------------------------
+    def publish_marker(self, xla_id: str, key: str) -> None:
+        """List ``key`` under ``xla_id`` (a zero-byte object). Call it after the entry's upload succeeded."""
+        if self.read_only:
+            raise RemoteError(f"the remote {self.url} is read-only here")
+        path = self.marker_path(xla_id, key)
+        if not self.atomic_put:  # file systems need the folder; an empty file has no partial state to hide
+            self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        self.fs.pipe_file(path, b"")
+
+    def marked_keys(self, xla_id: str) -> list[str]:
+        """The keys listed under ``xla_id`` in the bound version (one listing; no entry is read)."""
+        prefix = self.markers_prefix(xla_id)
+        return sorted({key for group, key, _ in self._markers(prefix) if group == xla_id})
+
+    def _markers(self, under: str) -> Iterator[tuple[str, str, str]]:
+        """(xla identity id, key, path) of every marker below ``under`` (a version's or an identity's folder)."""
+        fs = self.fs
+        fs.invalidate_cache()  # listings are cached by some backends (s3fs): always list afresh
+        try:
+            found = fs.find(under)
+        except FileNotFoundError:
+            return
+        base = f"{self.root}/{LAYOUT}/"
+        for path in sorted(found):
+            parts = path[len(base):].split("/") if path.startswith(base) else []
+            if len(parts) == 4 and parts[1] == XLA_MARKERS and is_xla_id(parts[2]) and is_key(parts[3]):
+                yield parts[2], parts[3], path
+
+    def _remove_paths(self, paths: list[str]) -> None:
+        """Delete these objects (batched where the backend can); ones already gone are not an error."""
+        if not paths:
+            return
+        try:
+            self.fs.rm(paths)
+        except FileNotFoundError:  # another process removed some first: delete the rest one by one
+            for path in paths:
+                with contextlib.suppress(FileNotFoundError):
+                    self.fs.rm_file(path)
+
     def delete(self, key: str) -> int:
         """Remove ``key``'s entry of the bound version; the bytes freed (0 if it was already gone)."""
         path = self.path_for(key)
@@ -250,7 +326,7 @@ class RemoteStore(Store):
         return size
 
     def scan(self) -> Iterator[RemoteFile]:
-        """Every remote entry of every version (temp files and foreign objects are skipped)."""
+        """Every remote entry of every version (temp files, XLA markers and foreign objects are skipped)."""
         fs = self.fs
         base = f"{self.root}/{LAYOUT}"
         fs.invalidate_cache()  # listings are cached by some backends (s3fs): always list afresh
@@ -270,28 +346,34 @@ class RemoteStore(Store):
 
     # -- management (the CLI) ------------------------------------------------------------------------------
     def remove(self, files: Iterable[RemoteFile]) -> tuple[int, int]:
-        """Delete these entries (batched where the backend can): (count, bytes)."""
+        """Delete these entries and their XLA markers (batched where the backend can): (count, bytes)."""
         files = list(files)
         if not files:
             return 0, 0
-        if self.read_only:
-            raise RemoteError(f"the remote {self.url} is read-only here")
-        try:
-            self.fs.rm([f.path for f in files])
-        except FileNotFoundError:  # another process removed some first: delete the rest one by one
-            for f in files:
-                with contextlib.suppress(FileNotFoundError):
-                    self.fs.rm_file(f.path)
-        self.fs.invalidate_cache()
-        return len(files), sum(f.size for f in files)
+        doomed = {(f.version, f.key) for f in files}
+        markers = [path for version in sorted({f.version for f in files})
+                   for _, key, path in self._markers(self.markers_root(version)) if (version, key) in doomed]
+        return self._delete(files, markers)
 
     def remove_versions(self, versions: Iterable[str]) -> tuple[int, int]:
-        """Delete every entry under these version prefixes (and the prefixes): (count, bytes)."""
+        """Delete every entry and marker under these version prefixes (and the prefixes): (count, bytes)."""
         versions = set(versions)
         doomed = [f for f in self.scan() if f.version in versions]
-        count, size = self.remove(doomed)
+        markers = [path for version in sorted(versions)
+                   for _, _, path in self._markers(self.markers_root(version))]
+        count, size = self._delete(doomed, markers)
         for version in versions:  # file systems keep empty folders; object stores have none
             if not self.atomic_put:
                 with contextlib.suppress(FileNotFoundError):
                     self.fs.rm(self.version_prefix(version), recursive=True)
         return count, size
+
+    def _delete(self, files: list[RemoteFile], markers: list[str]) -> tuple[int, int]:
+        if not files and not markers:
+            return 0, 0
+        if self.read_only:
+            raise RemoteError(f"the remote {self.url} is read-only here")
+        self._remove_paths(markers)  # markers first: none is left naming an entry that is gone
+        self._remove_paths([f.path for f in files])
+        self.fs.invalidate_cache()
+        return len(files), sum(f.size for f in files)

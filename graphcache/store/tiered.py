@@ -10,10 +10,17 @@
   read-only here. Uploads run in a background thread, so they never add to the compile that produced
   them; ``flush()`` waits for them, and at interpreter exit they are waited for up to ``EXIT_WAIT``
   seconds (then abandoned, with a log line).
+- XLA executables (xla.py): once an entry whose header says ``kind="xla"`` is uploaded, its marker
+  (``xla/<xla identity id>/<key>``, see remote.py) is published, in the same background job, so ``flush()``
+  covers both and a marker never names an entry that is not there yet. ``marked_keys`` lists an identity's
+  markers and ``prefetch`` copies the entries the local store lacks, downloading in parallel and verifying
+  each exactly as a read-through does; xla.py calls both at enable, before TensorFlow reads its directory.
 - Fail open, cheaply: a remote that fails or does not answer within the timeout costs one warning per
   process and a ``remote_errors`` count, never a failed compile; the circuit breaker then skips the remote
   for ``retry_after`` seconds (lookups are local only, uploads are dropped) instead of paying the timeout
-  on every lookup. After that the next call tries again (one failure re-opens the breaker).
+  on every lookup. After that the next call tries again (one failure re-opens the breaker). Calls that
+  were already in flight when the breaker opened (parallel downloads, concurrent lookups) fail with the
+  same outage: they are not counted or warned about again.
 
 Everything else (locks, quarantine, scans, stale-version purges) is the local store's: remote entries are
 managed explicitly (``graphcache ls --remote``, ``graphcache purge --remote``).
@@ -27,17 +34,18 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import filelock
 
-from .. import codec
+from .. import background, codec
 from ..errors import CorruptEntryError
 from .base import Store, StoredFile
 from .local import LocalStore, is_key
-from .remote import RemoteStore, call_with_deadline
+from .remote import XLA_KIND, RemoteStore, call_with_deadline, is_xla_id
 
 log = logging.getLogger("graphcache")
 
@@ -46,6 +54,7 @@ MAX_PENDING_BYTES = 2 * 2**30  # uploads queued beyond this are dropped (memory 
 # A compile looks a key up twice (before and after taking its lock): a remote miss (or a corrupt object) is
 # remembered this long, so that one compile costs one remote request and counts one remote error.
 MISS_TTL = 2.0
+PREFETCH_THREADS = 8  # parallel downloads of a prefetch (each one within the remote timeout)
 
 
 class CircuitBreaker:
@@ -85,6 +94,7 @@ class TieredStore(Store):
         self._warn = warn
         self._verify = verify
         self.breaker = CircuitBreaker(retry_after)
+        self._breaker_lock = threading.Lock()
         self._fetching = threading.local()
         self._cond = threading.Condition()
         self._queue: deque[tuple[str, bytes]] = deque()
@@ -156,6 +166,21 @@ class TieredStore(Store):
     def _fetch(self, key: str) -> bytes | None:
         if self._missed_recently(key):
             return None
+        data = self._download(key)
+        if data is None:
+            return None
+        entry = self._verified(key, data)
+        if entry is None:
+            return None
+        self._keep(*entry)
+        self._count(remote_hits=1)
+        log.info("graphcache: fetched %s (%d bytes) from %s", key, len(data), self.remote.url)
+        return data
+
+    def _download(self, key: str) -> bytes | None:
+        """``key``'s remote bytes, unchecked; None when missing (remembered), or the remote is skipped or failed."""
+        if not self.breaker.closed:
+            return None
         try:
             data = call_with_deadline(lambda: self.remote.read(key), self.remote.timeout,
                                       f"reading {key} from {self.remote.url}")
@@ -164,26 +189,69 @@ class TieredStore(Store):
             return None
         if data is None:
             self._remember_miss(key)
-            return None
+        return data
+
+    def _verified(self, key: str, data: bytes) -> tuple[codec.EntryHeader, bytes] | None:
+        """The checked header and payload of remote bytes; None (counted, warned, remembered) when they fail."""
         try:
-            header, payload = self._verify(data, key)
+            return self._verify(data, key)
         except CorruptEntryError as exc:
             self._remember_miss(key)
             self._count(remote_errors=1)
             self._warn("remote_corrupt", f"graphcache: remote entry {key} in {self.remote.url} is corrupt ({exc}); "
                                          "ignored it and compiling locally")
             return None
-        self._fetching.key = key
+
+    def _keep(self, header: codec.EntryHeader, payload: bytes) -> bool:
+        """Store a verified remote entry locally (not uploaded back); False when it could not be stored."""
+        self._fetching.key = header.key
         try:
-            self._store_fetched(header, payload)
+            return self._store_fetched(header, payload) is not False
         finally:
             self._fetching.key = None
-        self._count(remote_hits=1)
+
+    # -- pulling a list of entries (XLA executables, see xla.py) ---------------------------------------------------
+    def marked_keys(self, xla_id: str) -> list[str]:
+        """The keys the remote lists under an XLA identity (remote.py); [] when the remote is skipped or fails."""
+        if not self.breaker.closed:
+            return []
+        try:
+            return call_with_deadline(lambda: self.remote.marked_keys(xla_id), self.remote.timeout,
+                                      f"listing the XLA executables of {xla_id} in {self.remote.url}")
+        except Exception as exc:
+            self._remote_failed(f"listing the XLA executables of identity {xla_id}", exc)
+            return []
+
+    def prefetch(self, keys: Iterable[str]) -> list[str]:
+        """Copy the entries of ``keys`` that the local store lacks from the remote; the keys stored.
+
+        Each is verified as a read-through does (a corrupt or untrusted object is refused, counted in
+        ``remote_errors`` and never stored) and stored with ``store_fetched``, in this thread. Downloads run
+        in parallel, each within the remote timeout; the first failure opens the breaker and the downloads
+        not started yet are skipped, so an outage costs one timeout.
+        """
+        wanted = [key for key in dict.fromkeys(keys) if is_key(key) and self.local.stat(key) is None]
+        if not wanted or not self.breaker.closed:
+            return []
+        with ThreadPoolExecutor(max_workers=min(PREFETCH_THREADS, len(wanted)),
+                                thread_name_prefix="graphcache-prefetch") as pool:
+            return [key for key, data in zip(wanted, pool.map(self._download, wanted), strict=True)
+                    if data is not None and self._take(key, data)]
+
+    def _take(self, key: str, data: bytes) -> bool:
+        entry = self._verified(key, data)
+        if entry is None or not self._keep(*entry):
+            return False
         log.info("graphcache: fetched %s (%d bytes) from %s", key, len(data), self.remote.url)
-        return data
+        return True
 
     def _remote_failed(self, what: str, exc: BaseException) -> None:
-        self.breaker.trip()
+        with self._breaker_lock:
+            first = self.breaker.closed
+            self.breaker.trip()
+        if not first:  # in flight when an earlier failure opened the breaker: the same outage
+            log.debug("graphcache: %s failed on %s too (%s: %s)", what, self.remote.url, type(exc).__name__, exc)
+            return
         self._count(remote_errors=1)
         self._warn("remote_error", f"graphcache: {what} failed on the remote cache {self.remote.url} "
                                    f"({type(exc).__name__}: {exc}); skipping the remote for "
@@ -234,6 +302,16 @@ class TieredStore(Store):
         self._count(uploads=1, upload_bytes=len(data))
         log.info("graphcache: uploaded %s (%d bytes) to %s in %.2fs", key, len(data), self.remote.url,
                  time.perf_counter() - start)
+        xla_id = _xla_identity(data)
+        if xla_id is not None:
+            self._publish_marker(xla_id, key)
+
+    def _publish_marker(self, xla_id: str, key: str) -> None:
+        """List an uploaded XLA executable under its identity, so other machines find it before compiling."""
+        try:
+            self.remote.publish_marker(xla_id, key)
+        except Exception as exc:  # the entry is up; only machines that pull at enable miss it
+            self._remote_failed(f"publishing the XLA marker of entry {key}", exc)
 
     @property
     def pending_uploads(self) -> int:
@@ -244,6 +322,20 @@ class TieredStore(Store):
         """Wait for the queued uploads (at most ``timeout`` seconds); True when none is left pending."""
         with self._cond:
             return self._cond.wait_for(lambda: self._pending == 0, timeout)
+
+
+def _xla_identity(data: bytes) -> str | None:
+    """The XLA identity id named by an entry's header when it is an XLA executable (xla.py), else None.
+
+    Only the header is parsed and checked: these are bytes this process just encoded, and their payload may
+    be large.
+    """
+    try:
+        header = codec.peek_header(data)
+    except CorruptEntryError:
+        return None
+    xla_id = header.extra.get("xla_identity")
+    return xla_id if header.kind == XLA_KIND and isinstance(xla_id, str) and is_xla_id(xla_id) else None
 
 
 # -- waiting for uploads at exit ------------------------------------------------------------------------------
@@ -265,6 +357,7 @@ def _register(store: TieredStore) -> None:
 
 def _flush_at_exit(wait: float | None = None) -> None:
     deadline = time.monotonic() + (EXIT_WAIT if wait is None else wait)
+    background.wait_all()  # entries still being written (background.py) queue their uploads first
     with _live_lock:
         stores = list(_live)
     for store in stores:

@@ -1,0 +1,180 @@
+"""The hit path's importer (importing.py) and the background entry writes of big misses (background.py)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.framework import graph_pb2, node_def_pb2
+
+from graphcache import GraphCache, codec, importing, safety
+from graphcache import cache as cache_module
+
+from .helpers import CONTROL_FLOW_MODEL, run_python
+
+
+def _public_import(graph_def: graph_pb2.GraphDef, name: str = "") -> tf.Graph:
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.graph_util.import_graph_def(graph_def, name=name)
+    return graph
+
+
+def _control_flow_graph():
+    scope: dict = {}
+    exec(CONTROL_FLOW_MODEL, scope)  # noqa: S102 - our own test model
+    return scope["build_control_flow_graph"]()
+
+
+@pytest.mark.parametrize("name", ["", "scope"])
+def test_import_serialized_builds_the_graph_import_graph_def_builds(mlp, name):
+    data = mlp.graph_def.SerializeToString()
+    fast = tf.Graph()
+    importing.import_serialized(fast, data, name=name)
+    assert fast.as_graph_def() == _public_import(mlp.graph_def, name).as_graph_def()
+    prefix = f"{name}/" if name else ""
+    x = mlp.example_input()
+    with tf.compat.v1.Session(graph=fast) as sess:
+        out = sess.run(prefix + mlp.fetches[0], {prefix + mlp.feeds[0]: x})
+    with tf.compat.v1.Session(graph=_public_import(mlp.graph_def)) as sess:
+        np.testing.assert_array_equal(out, sess.run(mlp.fetches[0], {mlp.feeds[0]: x}))
+
+
+def test_import_serialized_registers_library_functions():
+    graph_def, feeds, fetches = _control_flow_graph()
+    assert graph_def.library.function  # the case this test is about
+    fast = tf.Graph()
+    importing.import_serialized(fast, graph_def.SerializeToString())
+    public = _public_import(graph_def)
+    assert fast.as_graph_def() == public.as_graph_def()
+    assert set(fast._functions) == set(public._functions)  # the Python graph knows the functions too
+    x = np.ones([1, 4], np.float32)
+    with tf.compat.v1.Session(graph=fast) as a, tf.compat.v1.Session(graph=public) as b:
+        np.testing.assert_array_equal(a.run(fetches[0], {feeds[0]: x}), b.run(fetches[0], {feeds[0]: x}))
+
+
+def test_import_serialized_rejects_garbage_without_touching_the_graph():
+    graph = tf.Graph()
+    with pytest.raises(ValueError):
+        importing.import_serialized(graph, b"\xff\xff\xff\xff not a graph")
+    assert graph.get_operations() == []
+
+
+def test_wire_op_types_match_the_parsed_graph(mlp, cnn):
+    graph_def, _, _ = _control_flow_graph()
+    for g in (mlp.graph_def, cnn.graph_def, graph_def):
+        assert importing.wire_op_types(g.SerializeToString()) == safety.graph_ops(g)
+
+
+def test_wire_op_types_reads_an_op_given_twice_as_protobuf_does():
+    node = node_def_pb2.NodeDef(name="n", op="Identity").SerializeToString()
+    twice = node + b"\x12\x09WriteFile"  # field 2 (op) again: the parser keeps the last value
+    data = b"\x0a" + bytes([len(twice)]) + twice
+    assert graph_pb2.GraphDef.FromString(data).node[0].op == "WriteFile"
+    assert importing.wire_op_types(data) == {"WriteFile"}
+
+
+def test_payload_that_is_not_a_graph_def_is_discarded_and_recompiled(cache, mlp):
+    key = cache.compile(mlp.graph_def, mlp.fetches, mlp.feeds).key
+    path = cache.store.path_for(key)
+    header, _ = codec.decode(path.read_bytes(), key)
+    path.write_bytes(codec.encode(header, b"\x0a\xff\xff\xff\xff\x0f"))  # checksums fine, framing broken
+    with pytest.warns(UserWarning, match="not a GraphDef"):
+        again = cache.compile(mlp.graph_def, mlp.fetches, mlp.feeds)
+    assert not again.hit
+    with again.session() as sess:
+        assert np.isfinite(sess.run(mlp.fetches[0], {mlp.feeds[0]: mlp.example_input()})).all()
+    assert cache.compile(mlp.graph_def, mlp.fetches, mlp.feeds).hit
+
+
+def test_graph_def_is_parsed_lazily_and_edits_are_honoured(cache, mlp):
+    cache.compile(mlp.graph_def, mlp.fetches, mlp.feeds)
+    hit = cache.compile(mlp.graph_def, mlp.fetches, mlp.feeds)
+    assert hit.hit and hit._graph_def is None  # nothing parsed for a hit that is only run
+    with hit.session() as sess:
+        sess.run(mlp.fetches[0], {mlp.feeds[0]: mlp.example_input()})
+    assert hit._graph_def is None
+    extra = hit.graph_def.node.add(name="added_by_the_user", op="NoOp")
+    assert "added_by_the_user" in {op.name for op in hit.import_graph().get_operations()}
+    assert extra.name == "added_by_the_user"
+
+
+# -- background writes of big entries ---------------------------------------------------------------------------
+BIG_GRAPH = '''
+def build_big_graph():
+    """A TF1 graph whose constant (12 MiB) makes its entry big enough to be written in the background."""
+    import numpy as np
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [1, 1024], name="x")
+        w = tf.constant(np.random.RandomState(0).rand(1024, 3072).astype(np.float32), name="w")
+        tf.identity(tf.reduce_sum(tf.matmul(x, w) * 2.0, axis=1), name="y")
+    return graph.as_graph_def()
+'''
+
+
+@pytest.fixture(scope="module")
+def big_graph():
+    scope: dict = {}
+    exec(BIG_GRAPH, scope)  # noqa: S102 - our own test model
+    graph_def = scope["build_big_graph"]()
+    assert graph_def.ByteSize() >= cache_module.BACKGROUND_WRITE_BYTES
+    return graph_def
+
+
+def test_big_miss_is_written_in_the_background_and_flush_waits(cache, big_graph):
+    compiled = cache.compile(big_graph, ["y:0"], ["x:0"])
+    assert not compiled.hit
+    with compiled.session() as sess:  # runs while the entry may still be being written
+        out = sess.run("y:0", {"x:0": np.ones([1, 1024], np.float32)})
+    assert cache.flush(timeout=120)
+    assert cache._writes.pending == 0
+    header, _ = codec.decode(cache.store.path_for(compiled.key).read_bytes(), compiled.key)
+    assert header.payload_size >= cache_module.BACKGROUND_WRITE_BYTES
+    again = cache.compile(big_graph, ["y:0"], ["x:0"])
+    assert again.hit
+    with again.session() as sess:
+        np.testing.assert_array_equal(sess.run("y:0", {"x:0": np.ones([1, 1024], np.float32)}), out)
+
+
+def test_threads_asking_during_the_background_write_wait_and_hit(cache, big_graph):
+    results = []
+    barrier = threading.Barrier(4)
+
+    def ask():
+        barrier.wait()
+        results.append(cache.compile(big_graph, ["y:0"], ["x:0"]))
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    cache.flush()
+    assert sum(not r.hit for r in results) == 1  # single flight: the lock went with the write
+    assert cache.stats().compiles == 1
+
+
+def test_strict_mode_writes_before_compile_returns(cache_dir, big_graph):
+    cache = GraphCache(cache_dir, strict=True)
+    compiled = cache.compile(big_graph, ["y:0"], ["x:0"])
+    assert cache._writes.pending == 0 and cache.store.path_for(compiled.key).exists()
+
+
+def test_a_process_that_exits_right_after_a_big_miss_leaves_its_entry(cache_dir):
+    child = BIG_GRAPH + f'''
+import json
+import graphcache
+compiled = graphcache.GraphCache({str(cache_dir)!r}).compile(build_big_graph(), ["y:0"], ["x:0"])
+print(json.dumps({{"key": compiled.key, "hit": compiled.hit}}))
+'''
+    first = run_python(child)  # exits without flush: the write is joined at interpreter exit
+    assert not first["hit"]
+    cache = GraphCache(cache_dir)
+    assert cache.verify() == []
+    assert cache.store.path_for(first["key"]).exists()
+    assert run_python(child)["hit"]
