@@ -379,8 +379,9 @@ def write_markdown(report: dict[str, Any], path: Path, json_path: Path, charts: 
         text += [
             "## Cold, warm, floor and miss",
             "",
-            "Every variant is a fresh process that imports TensorFlow and parses the model's frozen `.pb` before its "
-            "timer starts. Then:",
+            "Every variant is a fresh process that imports TensorFlow, parses the model's frozen `.pb` and runs one "
+            "full garbage collection (the collector's debt from importing TensorFlow would otherwise land in a "
+            "random step of a random variant) before its timer starts. Then:",
             "",
             "- **cold**: import into a `tf.Graph` + `tf.compat.v1.Session` with TF defaults + first run (Grappler "
             "runs inside the first run).",

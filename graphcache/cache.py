@@ -253,6 +253,23 @@ class GraphCache:
         tf.compat.v1.ConfigProto whose graph_options (rewriter options) are passed to Grappler.
         """
         start = time.perf_counter()
+        source, view, label = self._inputs(graph, fetches, feeds, targets, options, name)
+        if self.disabled:
+            self._count_uncacheable("disabled")
+            graph_def, data, seconds = self._compile_now(source, view.signature, options)
+            return CompiledGraph("", False, graph_def, seconds, label, view.signature, serialized=data)
+        fp = keys.compute(view, options, self.identity, name=label)
+        compiled = self._load(fp.key, view, label)
+        if compiled is None:
+            compiled = self._compile_single_flight(fp, source, view, options, label)
+        log.info("graphcache %s %s key=%s %.3fs", "hit" if compiled.hit else "miss", label, fp.key,
+                 time.perf_counter() - start)
+        return compiled
+
+    def _inputs(self, graph: Any, fetches: Any, feeds: Any, targets: Any, options: Any, name: str | None
+                ) -> tuple[graphs.Source, GraphView, str]:
+        """Load and check what compile() was given: (source, view, label). Raises InvalidGraphError or
+        UnsupportedGraphError (counted)."""
         try:
             source = graphs.load(graph)
             signature = Signature.create(fetches, feeds, targets)
@@ -269,18 +286,7 @@ class GraphCache:
         except UnsupportedGraphError:
             self._count_uncacheable("resource_ops")
             raise
-        if self.disabled:
-            self._count_uncacheable("disabled")
-            graph_def, data, seconds = self._compile_now(source, signature, options)
-            return CompiledGraph("", False, graph_def, seconds, label, signature, serialized=data)
-
-        fp = keys.compute(view, options, self.identity, name=label)
-        compiled = self._load(fp.key, view, label)
-        if compiled is None:
-            compiled = self._compile_single_flight(fp, source, view, options, label)
-        log.info("graphcache %s %s key=%s %.3fs", "hit" if compiled.hit else "miss", label, fp.key,
-                 time.perf_counter() - start)
-        return compiled
+        return source, view, label
 
     def compile_without_cache(self, graph: Any, fetches: Any, feeds: Any = (), targets: Any = (), *,
                               options: Any = None, name: str | None = None) -> CompiledGraph:
