@@ -496,6 +496,7 @@ class GraphCache:
 
     # -- management (delegated to the TF-free CacheDir) ------------------------------------------------------
     def _management(self) -> CacheDir:
+        self.wait_for_writes()  # what this cache just compiled is listed, counted and purgeable
         if self.dir is None:
             self.dir = CacheDir(self.cache_dir, read_only=self.read_only)
             self.index = self.dir.index
@@ -523,6 +524,7 @@ class GraphCache:
 
     def close(self) -> None:
         """Release the index connection (a closed cache reopens it lazily for management calls)."""
+        self.wait_for_writes()
         if self.index is not None:
             self.index.close()
         self.index = None

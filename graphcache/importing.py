@@ -60,8 +60,11 @@ def import_serialized(graph: Any, data: bytes, name: str = "") -> None:
     with graph.as_default():
         with ops.name_scope(name, "import", []) as scope:
             prefix = scope[:-1] if scope else ""
-        scoped_options = importer.c_api_util.ScopedTFImportGraphDefOptions()
-        importer._PopulateTFImportGraphDefOptions(scoped_options.options, prefix, {}, None, True, False)
+        try:  # private helpers: a changed signature means "use the public importer", not a failed run
+            scoped_options = importer.c_api_util.ScopedTFImportGraphDefOptions()
+            importer._PopulateTFImportGraphDefOptions(scoped_options.options, prefix, {}, None, True, False)
+        except (TypeError, AttributeError) as exc:
+            raise FastImportUnavailable(f"TensorFlow's import options changed: {exc}") from None
         # Same locking as import_graph_def: no Session.run between creating the operations and wrapping them.
         with graph._mutation_lock():
             buffer = c_api.TF_NewBufferFromString(data)

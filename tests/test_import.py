@@ -178,3 +178,24 @@ print(json.dumps({{"key": compiled.key, "hit": compiled.hit}}))
     assert cache.verify() == []
     assert cache.store.path_for(first["key"]).exists()
     assert run_python(child)["hit"]
+
+
+def test_without_the_private_importer_the_public_one_is_used(cache, mlp, monkeypatch):
+    cache.compile(mlp.graph_def, mlp.fetches, mlp.feeds)
+    hit = cache.compile(mlp.graph_def, mlp.fetches, mlp.feeds)
+
+    def unavailable():  # what another TensorFlow without these private helpers looks like
+        raise importing.FastImportUnavailable("no _PopulateTFImportGraphDefOptions here")
+
+    monkeypatch.setattr(importing, "_importer", unavailable)
+    with hit.session() as sess:
+        out = sess.run(mlp.fetches[0], {mlp.feeds[0]: mlp.example_input()})
+    with tf.compat.v1.Session(graph=_public_import(mlp.graph_def)) as sess:
+        np.testing.assert_allclose(out, sess.run(mlp.fetches[0], {mlp.feeds[0]: mlp.example_input()}),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_stats_right_after_a_big_miss_count_its_entry(cache, big_graph):
+    cache.compile(big_graph, ["y:0"], ["x:0"])
+    stats = cache.stats()  # management calls wait for the background write
+    assert stats.entries == 1 and stats.bytes >= cache_module.BACKGROUND_WRITE_BYTES
