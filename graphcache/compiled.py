@@ -85,6 +85,13 @@ class CompiledGraph:
     def targets(self) -> tuple[str, ...]:
         return self.signature.targets
 
+    def op_types(self) -> set[str]:
+        """Every op type of the compiled graph (safety.graph_ops), read from the bytes when it has them."""
+        from . import safety
+
+        data = self._fresh_bytes()
+        return importing.wire_op_types(data) if data is not None else safety.graph_ops(self.graph_def)
+
     def import_into(self, graph: Any, name: str = "") -> None:
         """Import the compiled graph into ``graph`` under the scope ``name`` ("" keeps node names)."""
         data = self._fresh_bytes()

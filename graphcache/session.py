@@ -58,6 +58,19 @@ class _Imported:
         return f"{self.scope}/{original}"
 
 
+def _shares_state(op_types: set[str]) -> bool:
+    """Whether a graph with these op types may hold state that _pin_shared_names must name (variables, or
+    any op with a ``shared_name`` attribute; unknown op types, such as function calls, count as such)."""
+    from tensorflow.python.framework import op_def_registry
+
+    for op in op_types:
+        op_def = op_def_registry.get(op)
+        if op in _STATEFUL_NAMED or op_def is None or any(
+                attr.name in ("shared_name", "use_node_name_sharing") for attr in op_def.attr):
+            return True
+    return False
+
+
 def _pin_shared_names(graph_def) -> None:
     """Give stateful nodes with an empty shared_name their node name, so scoped copies share state.
 
@@ -258,14 +271,17 @@ class Session(tf.compat.v1.Session):
                 else:
                     self._go_plain(exc.nodes)
                     return None
-            run_graph_def = compiled.graph_def
-            if variant is not None and not accelerate.low_precision_casts(run_graph_def, variant.dtype):
-                warn_once("accelerate_no_casts", f"graphcache: {variant.rewriter} converted nothing in {label} "
-                          f"to {variant.dtype}: it trains at the original precision")
-            _pin_shared_names(run_graph_def)
             scope = f"graphcache_{next(_scope_ids)}"
-            with self._run_graph.as_default():
-                tf.graph_util.import_graph_def(run_graph_def, name=scope)
+            if variant is None and not _shares_state(compiled.op_types()):
+                compiled.import_into(self._run_graph, name=scope)  # the bytes as they are: no parse
+            else:
+                run_graph_def = compiled.graph_def
+                if variant is not None and not accelerate.low_precision_casts(run_graph_def, variant.dtype):
+                    warn_once("accelerate_no_casts", f"graphcache: {variant.rewriter} converted nothing in "
+                              f"{label} to {variant.dtype}: it trains at the original precision")
+                _pin_shared_names(run_graph_def)
+                with self._run_graph.as_default():
+                    tf.graph_util.import_graph_def(run_graph_def, name=scope)
             imported = _Imported(scope, compiled.key, compiled.hit, variant_name, loss_scaled)
             self._signatures[(signature_key, variant_name)] = imported
             return imported

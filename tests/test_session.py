@@ -121,3 +121,27 @@ def test_default_graph_is_used_when_none_given(cache):
         b = tf.multiply(a, 3.0, name="b")
         with graphcache.Session(cache=cache) as sess:
             assert sess.run(b, {a: np.array([1.0, 2.0], np.float32)}).tolist() == [3.0, 6.0]
+
+
+def test_frozen_model_runs_like_tf_and_imports_the_compiled_bytes(cache, cnn, monkeypatch):
+    """A stateless frozen graph is imported from the compiled bytes (no parse, nothing to pin); a graph
+    with variables goes through the parsed GraphDef (the other tests)."""
+    from graphcache import session as session_module
+
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.graph_util.import_graph_def(cnn.graph_def, name="")
+    x = cnn.example_input(1)
+    with tf.compat.v1.Session(graph=graph) as plain:
+        expected = plain.run(cnn.fetches[0], {cnn.feeds[0]: x})
+    pinned = []
+    monkeypatch.setattr(session_module, "_pin_shared_names", lambda graph_def: pinned.append(graph_def))
+    for attempt in range(2):  # a miss, then a hit
+        with graphcache.Session(graph=graph, cache=cache) as sess:
+            out = sess.run(cnn.fetches[0], {cnn.feeds[0]: x})
+            (compiled,) = sess.compiled_signatures.values()
+        assert compiled.hit == (attempt == 1)
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+    assert pinned == []  # the parsed path pins every graph it imports: this one took the bytes path
+    assert session_module._shares_state({"VarHandleOp"}) and session_module._shares_state({"a_function_name"})
+    assert not session_module._shares_state({"Conv2D", "Const", "Placeholder", "Identity"})
