@@ -516,6 +516,9 @@ def stats_view(stats: Stats, root: Path, exists: bool, versions: list[dict[str, 
         table.add_row("Remote hits", str(stats.remote_hits))
         table.add_row("Remote errors", str(stats.remote_errors))
         table.add_row("Uploads", f"{stats.uploads} ({format_size(stats.upload_bytes)})")
+    if any(stats.xla.values()):  # XLA executables (xla.py); hits are derived from access times
+        table.add_row("XLA", ", ".join(f"{name.removeprefix('xla_').replace('_', ' ')} {count}"
+                                       for name, count in stats.xla.items()))
     others = [v for v in versions if not v["current"]]
     if others:
         table.add_row("Other versions", "\n".join(

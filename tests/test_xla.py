@@ -472,6 +472,7 @@ def test_second_machine_pulls_executables_before_its_first_compile(two_machines)
     assert two_machines["after_b"] == two_machines["after_a"]["objects"]  # B uploaded nothing
     assert not b["warnings"]
     assert cli_json(two_machines["b_dir"], "stats", "--json")["xla_pulled"] == 3
+    assert "pulled 3" in cli_json(two_machines["b_dir"], "stats")  # the table has an XLA row too
 
 
 def test_corrupt_remote_executable_is_refused_and_compiled_locally(two_machines, s3_server, tmp_path):
