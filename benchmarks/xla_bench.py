@@ -88,8 +88,10 @@ def child_run(model: str, mode: str, directory: str, layers: int = 12, seq_len: 
     fn.get_concrete_function(x)  # Python tracing: the same work in every variant
     timings["trace"] = time.perf_counter() - start
     start = time.perf_counter()
-    y = fn(x).numpy()  # XLA: compile (cold) or load (warm), then run
+    out = fn(x)  # XLA: compile (cold) or load (warm), then run
+    y = out.numpy()
     timings["xla_first_call"] = time.perf_counter() - start
+    timings["device"] = out.device.rpartition("device:")[2] or out.device  # e.g. CPU:0 or GPU:0
     timings["first_call"] = timings["trace"] + timings["xla_first_call"]
     start = time.perf_counter()
     fn(x).numpy()
@@ -138,7 +140,9 @@ def summarize(model: str, results: dict[str, list[dict]]) -> dict[str, Any]:
         max(abs(a - b) for a, b in zip(row["sample"], reference, strict=True)) <= 1e-4 * (1 + max(map(abs, reference)))
         for rows in results.values() for row in rows)
     new_in_warm = [row["ingested"] for row in results["warm_graphcache"]]
-    return {"model": model, "medians": med, "outputs_equal": equal, "warm_graphcache_new_entries": new_in_warm}
+    devices = sorted({row.get("device", "?") for rows in results.values() for row in rows})
+    return {"model": model, "medians": med, "outputs_equal": equal, "warm_graphcache_new_entries": new_in_warm,
+            "devices": devices}
 
 
 def table(summaries: list[dict[str, Any]]) -> str:
@@ -157,7 +161,8 @@ def table(summaries: list[dict[str, Any]]) -> str:
         m = med["cold"]
         lines.append(f"{'':<12} executables: {int(m.get('xla_files', 0))} files, {m.get('xla_bytes', 0) / 2**20:.1f} MiB;"
                      f" outputs equal across variants: {summary['outputs_equal']};"
-                     f" new entries in warm graphcache runs: {summary['warm_graphcache_new_entries']}")
+                     f" new entries in warm graphcache runs: {summary['warm_graphcache_new_entries']};"
+                     f" ran on: {', '.join(summary.get('devices', []))}")
     return "\n".join(lines)
 
 
