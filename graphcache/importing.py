@@ -8,9 +8,9 @@ every weight: on a frozen ResNet50 (100 MB) that is most of the import (see benc
 and then does what ``import_graph_def`` does after it: wraps the new operations in Python (device and
 colocation handling included) and registers the library's functions with the Python graph.
 
-It uses TensorFlow's private importer helpers. Where they are missing or changed (another TF version),
-``import_serialized`` raises ``FastImportUnavailable`` before touching the graph and callers fall back to
-the public ``import_graph_def``. ``wire_op_types`` reads the op types out of the serialized bytes (for the
+It uses TensorFlow's C API bindings (``pywrap_tf_session``) and one private helper of its importer
+(``_ProcessNewOps``). Where any is missing (another TF version), ``import_serialized`` raises
+``FastImportUnavailable`` before touching the graph and callers fall back to the public ``import_graph_def``. ``wire_op_types`` reads the op types out of the serialized bytes (for the
 poisoning check, safety.py) without parsing the weights.
 """
 
@@ -33,16 +33,21 @@ class FastImportUnavailable(RuntimeError):
 
 
 def _importer() -> Any:
+    """TensorFlow's importer module, once every piece import_serialized uses is known to be there."""
     try:
         from tensorflow.python.framework import importer
 
-        needed = (importer.c_api.TF_NewBufferFromString, importer.c_api.TF_GraphImportGraphDefWithResults,
-                  importer.c_api.TF_DeleteBuffer, importer.c_api_util.ScopedTFImportGraphDefOptions,
-                  importer.c_api_util.ScopedTFImportGraphDefResults, importer._PopulateTFImportGraphDefOptions,
-                  importer._ProcessNewOps)
+        c_api = importer.c_api
+        for needed in (c_api.TF_NewBufferFromString, c_api.TF_GraphImportGraphDefWithResults, c_api.TF_DeleteBuffer,
+                       c_api.TF_NewImportGraphDefOptions, c_api.TF_DeleteImportGraphDefOptions,
+                       c_api.TF_ImportGraphDefOptionsSetPrefix, c_api.TF_ImportGraphDefOptionsSetUniquifyNames,
+                       c_api.TF_ImportGraphDefOptionsSetPropagateDeviceSpec,
+                       c_api.TF_ImportGraphDefOptionsSetValidateColocationConstraints,
+                       importer.c_api_util.ScopedTFImportGraphDefResults, importer._ProcessNewOps):
+            if not callable(needed):
+                raise AttributeError(f"{needed!r} is not callable")
     except (ImportError, AttributeError) as exc:
         raise FastImportUnavailable(str(exc)) from None
-    del needed
     return importer
 
 
@@ -51,40 +56,51 @@ def import_serialized(graph: Any, data: bytes, name: str = "") -> None:
 
     The equivalent of ``with graph.as_default(): tf.graph_util.import_graph_def(GraphDef.FromString(data),
     name=name)`` for a graph with no input map and no return elements, minus the parse and re-serialize.
-    Raises FastImportUnavailable (graph untouched) when this TensorFlow lacks the pieces, ValueError when
+    Raises FastImportUnavailable, before touching the graph (not even its name scopes, so a fallback to
+    import_graph_def gets the same scope), when this TensorFlow lacks the pieces; ValueError when
     TensorFlow rejects the graph (as import_graph_def does).
     """
     importer = _importer()
-    c_api, ops, errors = importer.c_api, importer.ops, importer.errors
+    c_api, ops = importer.c_api, importer.ops
     library = library_bytes(data)  # before anything is imported: a malformed payload changes nothing
     with graph.as_default():
         with ops.name_scope(name, "import", []) as scope:
             prefix = scope[:-1] if scope else ""
-        try:  # private helpers: a changed signature means "use the public importer", not a failed run
-            scoped_options = importer.c_api_util.ScopedTFImportGraphDefOptions()
-            importer._PopulateTFImportGraphDefOptions(scoped_options.options, prefix, {}, None, True, False)
-        except (TypeError, AttributeError) as exc:
-            raise FastImportUnavailable(f"TensorFlow's import options changed: {exc}") from None
-        # Same locking as import_graph_def: no Session.run between creating the operations and wrapping them.
-        with graph._mutation_lock():
-            buffer = c_api.TF_NewBufferFromString(data)
-            try:
-                with graph._c_graph.get() as c_graph:
-                    results = c_api.TF_GraphImportGraphDefWithResults(c_graph, buffer, scoped_options.options)
-                importer.c_api_util.ScopedTFImportGraphDefResults(results)
-            except errors.InvalidArgumentError as exc:
-                raise ValueError(str(exc)) from None
-            finally:
-                c_api.TF_DeleteBuffer(buffer)
-            importer._ProcessNewOps(graph)
+        # The options import_graph_def sets (_PopulateTFImportGraphDefOptions) for no input map and no
+        # return elements, through the C API itself.
+        options = c_api.TF_NewImportGraphDefOptions()
+        try:
+            c_api.TF_ImportGraphDefOptionsSetPrefix(options, prefix)
+            c_api.TF_ImportGraphDefOptionsSetUniquifyNames(options, True)
+            c_api.TF_ImportGraphDefOptionsSetPropagateDeviceSpec(options, False)
+            c_api.TF_ImportGraphDefOptionsSetValidateColocationConstraints(options, True)
+            _import(importer, graph, data, options)
+        finally:
+            c_api.TF_DeleteImportGraphDefOptions(options)
         if library:
             # Python-side records of the functions TensorFlow just imported (import_graph_def does the same
-            # from graph_def.library); only the library is parsed, not the weights.
+            # from graph_def.library, with the graph as default); only the library is parsed, not weights.
             from tensorflow.core.framework import function_pb2
             from tensorflow.python.framework import function
 
             for defined in function.from_library(function_pb2.FunctionDefLibrary.FromString(library)):
                 defined.add_to_graph(graph)
+
+
+def _import(importer: Any, graph: Any, data: bytes, options: Any) -> None:
+    c_api = importer.c_api
+    # Same locking as import_graph_def: no Session.run between creating the operations and wrapping them.
+    with graph._mutation_lock():
+        buffer = c_api.TF_NewBufferFromString(data)
+        try:
+            with graph._c_graph.get() as c_graph:
+                results = c_api.TF_GraphImportGraphDefWithResults(c_graph, buffer, options)
+            importer.c_api_util.ScopedTFImportGraphDefResults(results)  # frees the results
+        except importer.errors.InvalidArgumentError as exc:
+            raise ValueError(str(exc)) from None  # as import_graph_def does
+        finally:
+            c_api.TF_DeleteBuffer(buffer)
+        importer._ProcessNewOps(graph)
 
 
 # -- reading the serialized graph ------------------------------------------------------------------------------
