@@ -131,7 +131,7 @@ class ImportSummary:
 
 
 # -- opening caches ------------------------------------------------------------------------------------------
-def _signing_key(target: Any) -> bytes | None:
+def signing_key_for(target: Any) -> bytes | None:
     """The signing key entries are checked with: the GraphCache's, else ``GRAPHCACHE_SIGNING_KEY``."""
     if _is_graph_cache(target):
         return getattr(target, "_signing_key", None)
@@ -172,7 +172,7 @@ def installed_version(salt: str | None = None) -> str:
 
 
 # -- export --------------------------------------------------------------------------------------------------
-def _select(cache: CacheDir, keys: Iterable[str] | None, filters: Iterable[str | Filter] | None,
+def select_entries(cache: CacheDir, keys: Iterable[str] | None, filters: Iterable[str | Filter] | None,
             current: str) -> list[IndexRow]:
     index = cache.index
     if index is None:
@@ -200,7 +200,7 @@ def _select(cache: CacheDir, keys: Iterable[str] | None, filters: Iterable[str |
     return rows
 
 
-def _read_entry(cache: CacheDir, key: str, signing_key: bytes | None) -> tuple[codec.EntryHeader, bytes]:
+def read_verified(cache: CacheDir, key: str, signing_key: bytes | None) -> tuple[codec.EntryHeader, bytes]:
     data = cache.store.read(key)
     if data is None:
         raise CorruptEntryError("the entry file is gone")
@@ -227,9 +227,9 @@ def export_bundle(source: Any, path: str | os.PathLike[str], keys: Iterable[str]
     called as entries are written.
     """
     cache, own_version, _ = _cache_dir(source, create=False)
-    signing_key = _signing_key(source)
+    signing_key = signing_key_for(source)
     current = own_version or cache.current_version()
-    rows = _select(cache, keys, filters, current)
+    rows = select_entries(cache, keys, filters, current)
     if not rows:
         raise BundleError(f"no entries selected in {cache.root}: nothing to export")
     # pass 1: verify and checksum every selected entry, adding alias targets
@@ -243,7 +243,7 @@ def export_bundle(source: Any, path: str | os.PathLike[str], keys: Iterable[str]
         if key in records:
             continue
         try:
-            header, data = _read_entry(cache, key, signing_key)
+            header, data = read_verified(cache, key, signing_key)
         except (CorruptEntryError, OSError) as exc:
             skipped.append({"key": key, "problem": str(exc)})
             continue
@@ -592,7 +592,7 @@ def import_bundle(target: Any, path: str | os.PathLike[str], *, version: str | N
         if progress is not None:
             progress(1)
 
-    signing_key = _signing_key(target)
+    signing_key = signing_key_for(target)
     verified = _scan(path, expected, counted, signing_key=signing_key)  # pass 1: nothing is written
     root = cache.root
     (root / LOCKS_DIR).mkdir(parents=True, exist_ok=True)

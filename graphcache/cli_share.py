@@ -1,12 +1,13 @@
-"""The sharing commands of the ``graphcache`` CLI: ``warm``, ``export`` and ``import``.
+"""The sharing commands of the ``graphcache`` CLI: ``warm``, ``export``, ``import`` and ``push``.
 
     warm PATH...       compile SavedModel dirs and frozen .pb/.pbtxt graphs into the cache (CI warming)
     export BUNDLE      write entries (default: every entry of the current version) to one .tar.zst file
     import BUNDLE      verify a bundle completely, then add its entries
+    push [KEY...]      upload entries the remote cache lacks (default: every entry of the current version)
 
 Registered on the main group by :func:`register` (called at the end of cli.py). ``warm`` imports
 TensorFlow inside its function only; ``export`` and ``import`` stay TensorFlow-free (``import`` asks
-TensorFlow for the version only when the cache dir has none recorded yet).
+TensorFlow for the version only when the cache dir has none recorded yet); so does ``push``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from . import bundles, settings
+from . import bundles, push, settings
 from .filters import Filter, format_size
 
 if TYPE_CHECKING:
@@ -192,9 +193,30 @@ def import_command(bundle: Path, as_json: bool) -> None:
                 f"version {summary.version} into {root}{extra}{evicted}.")
 
 
+# -- push ----------------------------------------------------------------------------------------------------
+def push_command(keys: tuple[str, ...], filters: list[Filter], as_json: bool) -> None:
+    cli = _cli()
+    mode = cli.output_mode(as_json)
+    cache = cli.open_cache()
+    if cache is None:
+        raise cli.CliError(f"nothing to push: {cli.cache_root()} does not exist")
+    remote = cli.open_remote()
+    selected = [cli.resolve_key(cache, key) for key in keys] if keys else None
+    with cli.spinner(f"Pushing to {remote.url}..."):
+        summary = cli.remote_call(remote, "pushing", lambda: push.push_entries(
+            cache, remote, selected, filters, signing_key=bundles.signing_key_for(cache.root)))
+    for skipped in summary.skipped:
+        cli.message(f"skipped {skipped['key']}: {skipped['problem']} (run '{cli.PROG} verify --fix')",
+                    style="yellow")
+    cli.emit(mode, data=summary.as_dict(), human=lambda: bundle_table(summary.pushed) if summary.pushed else None)
+    present = f"; {len(summary.present)} already there" if summary.present else ""
+    cli.message(f"Pushed {cli.plural_entries(len(summary.pushed))} ({format_size(summary.bytes)}) to "
+                f"{remote.url}{present}.")
+
+
 # -- registration --------------------------------------------------------------------------------------------
 def register(group: click.Group) -> None:
-    """Add ``warm``, ``export`` and ``import`` to the ``graphcache`` group (called by cli.py)."""
+    """Add ``warm``, ``export``, ``import`` and ``push`` to the ``graphcache`` group (called by cli.py)."""
     cli = _cli()
 
     @group.command("warm", short_help="Compile SavedModels and frozen graphs into the cache.")
@@ -248,6 +270,21 @@ def register(group: click.Group) -> None:
         writing nothing. Creates the cache dir when missing.
         """
         import_command(bundle, as_json)
+
+    @group.command("push", short_help="Upload entries the remote cache lacks (GRAPHCACHE_REMOTE).")
+    @click.argument("keys", nargs=-1)
+    @cli.filter_option
+    @cli.json_option
+    @cli.cache_dir_option
+    def push_(keys: tuple[str, ...], filters: list[Filter], as_json: bool) -> None:
+        """Upload entries to the remote cache ($GRAPHCACHE_REMOTE) that it does not hold yet.
+
+        For entries compiled before the remote was configured (new ones are uploaded as they are
+        compiled). KEYS (unique prefixes allowed) and --filter select as for export; without either,
+        every entry of the current version. Each entry is verified before it is sent; XLA executables
+        are listed under their identity so other machines pull them when they enable XLA caching.
+        """
+        push_command(keys, filters, as_json)
 
 
 __all__ = ["register"]

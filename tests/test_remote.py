@@ -365,13 +365,17 @@ def test_cli_stats_show_remote_counters(tmp_path):
 
 def test_cli_remote_commands_do_not_import_tensorflow(s3, tmp_path):
     RemoteStore(s3.url, version=CURRENT).write("ef" * 16, entry_bytes("ef" * 16, CURRENT))
+    CacheDir(tmp_path).index.record_version(CURRENT, {"tensorflow": "2.99.0"})  # as GraphCache does on open
+    LocalStore(tmp_path).write("ef" * 16, entry_bytes("ef" * 16, CURRENT))
+    CacheDir(tmp_path).reconcile()  # index the entry, as a compile would have
     out = run_python(f'''
         import json, sys
         from graphcache import cli
-        code = cli.main(["--cache-dir", {str(tmp_path)!r}, "ls", "--remote", "-q"], standalone_mode=False)
-        print(json.dumps({{"code": code, "tf": any(m.startswith("tensorflow") for m in sys.modules)}}))
+        codes = [cli.main(["--cache-dir", {str(tmp_path)!r}, *args], standalone_mode=False)
+                 for args in (["ls", "--remote", "-q"], ["push", "ef"])]
+        print(json.dumps({{"codes": codes, "tf": any(m.startswith("tensorflow") for m in sys.modules)}}))
     ''', env={"GRAPHCACHE_REMOTE": s3.url})
-    assert out == {"code": 0, "tf": False}
+    assert out == {"codes": [0, 0], "tf": False}
 
 
 def test_cli_remote_failure_is_one_line(monkeypatch, tmp_path):
@@ -383,3 +387,47 @@ def test_cli_remote_failure_is_one_line(monkeypatch, tmp_path):
         assert result.exit_code == 1 and "remote cache s3://bucket/prefix failed" in result.stderr
     finally:
         hole.close()
+
+
+def test_push_uploads_entries_compiled_before_the_remote_was_configured(s3, tmp_path, mlp):
+    local = machine(tmp_path, "a")  # no remote yet: nothing is uploaded as it compiles
+    compiled = local.compile(mlp.graph_def, mlp.fetches, mlp.feeds)
+    xla_id, xla_key = "0123456789ab", "ab" * 16
+    local.write_entry(codec.EntryHeader(key=xla_key, version=local.version, identity={}, kind="xla",
+                                        name="xla_compile_cache__1__2__CPU.pb",
+                                        extra={"xla_identity": xla_id}), b"an XLA executable")
+    assert not s3.objects()
+
+    pushed = invoke(["push", "--json"], local.cache_dir, s3.url)
+    assert pushed.exit_code == 0, pushed.output
+    data = json.loads(pushed.stdout)
+    assert sorted(e["key"] for e in data["pushed"]) == sorted([compiled.key, xla_key]) and data["markers"] == 1
+    base = f"{PREFIX}/v1/{local.version}"
+    assert sorted(s3.objects()) == sorted([f"{base}/{compiled.key}.gce", f"{base}/{xla_key}.gce",
+                                           f"{base}/xla/{xla_id}/{xla_key}"])
+    assert s3.objects()[f"{base}/{compiled.key}.gce"] == local.store.path_for(compiled.key).read_bytes()
+    assert RemoteStore(s3.url, version=local.version).marked_keys(xla_id) == [xla_key]
+
+    again = json.loads(invoke(["push", "--json"], local.cache_dir, s3.url).stdout)
+    assert again["pushed"] == [] and sorted(again["present"]) == sorted([compiled.key, xla_key])
+    other = machine(tmp_path, "b", remote=s3.url)  # another machine now hits without compiling
+    hit = other.compile(mlp.graph_def, mlp.fetches, mlp.feeds)
+    assert hit.hit and other.stats().remote_hits == 1
+    np.testing.assert_allclose(run_model(hit, mlp), run_model(compiled, mlp), rtol=1e-6)
+    assert invoke(["push"], local.cache_dir, "").exit_code == 1  # no remote configured: one clear line
+
+
+def test_push_skips_a_corrupt_entry_and_sends_the_rest(s3, tmp_path, mlp, cnn):
+    local = machine(tmp_path, "a")
+    good = local.compile(mlp.graph_def, mlp.fetches, mlp.feeds).key
+    bad = local.compile(cnn.graph_def, cnn.fetches, cnn.feeds).key
+    path = local.store.path_for(bad)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    result = invoke(["push", "--json"], local.cache_dir, s3.url)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert [e["key"] for e in summary["pushed"]] == [good]
+    assert [s["key"] for s in summary["skipped"]] == [bad] and "verify --fix" in result.stderr
+    assert list(s3.objects()) == [f"{PREFIX}/v1/{local.version}/{good}.gce"]

@@ -302,7 +302,7 @@ class TieredStore(Store):
         self._count(uploads=1, upload_bytes=len(data))
         log.info("graphcache: uploaded %s (%d bytes) to %s in %.2fs", key, len(data), self.remote.url,
                  time.perf_counter() - start)
-        xla_id = _xla_identity(data)
+        xla_id = xla_identity_of(data)
         if xla_id is not None:
             self._publish_marker(xla_id, key)
 
@@ -324,7 +324,7 @@ class TieredStore(Store):
             return self._cond.wait_for(lambda: self._pending == 0, timeout)
 
 
-def _xla_identity(data: bytes) -> str | None:
+def xla_identity_of(data: bytes) -> str | None:
     """The XLA identity id named by an entry's header when it is an XLA executable (xla.py), else None.
 
     Only the header is parsed and checked: these are bytes this process just encoded, and their payload may
