@@ -105,10 +105,11 @@ def _import(importer: Any, graph: Any, data: bytes, options: Any) -> None:
 
 # -- reading the serialized graph ------------------------------------------------------------------------------
 def _last_string(data: memoryview, number: int) -> set[str]:
-    """The value of a singular string field, as a set (empty when unset). The last occurrence wins, as in
-    protobuf's parsers: an op type read here is the op type TensorFlow will see."""
+    """The value of a singular string field, as a one-element set, read as protobuf's parsers read it: the
+    last occurrence wins, an occurrence with another wire type is an unknown field, and an absent field is
+    "" (so an op type read here is the op type TensorFlow will see, "" included)."""
     found = [value for field, wire, value in fields(data) if field == number and wire == 2]
-    return {bytes(found[-1]).decode()} if found else set()
+    return {bytes(found[-1]).decode() if found else ""}
 
 
 def library_bytes(data: bytes | memoryview) -> bytes:

@@ -77,6 +77,19 @@ def test_wire_op_types_reads_an_op_given_twice_as_protobuf_does():
     assert importing.wire_op_types(data) == {"WriteFile"}
 
 
+@pytest.mark.parametrize("data", [b"\x08\x01", b"\x0a\x02\x10\x01", b"\x0a\x05", b"\x0a\x04\x12\x02Hi"],
+                         ids=["node_as_varint", "op_as_varint", "truncated", "well_formed"])
+def test_wire_op_types_agree_with_the_parser_on_odd_framing(data):
+    """A known field with another wire type is an unknown field to protobuf (skipped, not an error)."""
+    try:
+        expected = safety.graph_ops(graph_pb2.GraphDef.FromString(data))
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError has no stable import path
+        with pytest.raises(ValueError):
+            importing.wire_op_types(data)
+    else:
+        assert importing.wire_op_types(data) == expected
+
+
 def test_payload_that_is_not_a_graph_def_is_discarded_and_recompiled(cache, mlp):
     key = cache.compile(mlp.graph_def, mlp.fetches, mlp.feeds).key
     path = cache.store.path_for(key)
