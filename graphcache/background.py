@@ -85,12 +85,11 @@ def _register(writes: BackgroundWrites) -> None:
 
 
 def _at_exit() -> None:
-    wait_all()
-    # The writes just joined may have queued uploads after the remote tier's own exit hook ran (or before
-    # it was registered: it is registered at the first upload): wait for those here too.
+    # Joins the pending writes, then waits for the uploads they queued: those may come after the remote
+    # tier's own exit hook ran, or before it was registered (at the first upload).
     from .store import tiered
 
-    tiered._flush_at_exit()
+    tiered.flush_uploads_at_exit()
 
 
 def wait_all() -> None:

@@ -117,7 +117,7 @@ from .index import IndexRow
 from .stats import XLA_COUNTERS
 from .store.local import LocalStore, atomic_writer
 from .store.remote import XLA_KIND
-from .store.tiered import EXIT_WAIT, TieredStore
+from .store.tiered import TieredStore, flush_uploads_at_exit
 
 if TYPE_CHECKING:
     from .cache import GraphCache
@@ -546,17 +546,10 @@ def _sync_at_exit() -> None:
         if xc is not None:
             with _lock:
                 xc.sync()
-            _flush_uploads_at_exit(xc.cache)
-
-
-def _flush_uploads_at_exit(cache: GraphCache) -> None:
-    """Wait for the uploads the exit sync queued. The remote tier registers its own exit hook at its first
-    upload, after this one; atexit runs the last registered first, and skips hooks registered while it runs:
-    either way that hook is not there to wait for what the sync just stored."""
-    store = cache.store
-    if isinstance(store, TieredStore) and not store.flush(EXIT_WAIT):
-        log.warning("graphcache: gave up waiting for %d upload(s) to %s at exit; those entries stay local",
-                    store.pending_uploads, store.remote.url)
+            # Wait for the uploads the sync just queued: the remote tier's exit hook is registered at its first
+            # upload, after this one (atexit runs the last registered first, and skips hooks registered
+            # while it runs), so it is not there to wait for them.
+            flush_uploads_at_exit()
 
 
 # -- the managed directory -------------------------------------------------------------------------------------

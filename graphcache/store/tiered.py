@@ -351,11 +351,14 @@ def _register(store: TieredStore) -> None:
     with _live_lock:
         _live.add(store)
         if not _atexit_registered:
-            atexit.register(_flush_at_exit)
+            atexit.register(flush_uploads_at_exit)
             _atexit_registered = True
 
 
-def _flush_at_exit(wait: float | None = None) -> None:
+def flush_uploads_at_exit(wait: float | None = None) -> None:
+    """Wait (at most ``wait``, default EXIT_WAIT, in all) for every store's pending uploads, after the entries
+    still being written in the background. The exit hook registered at the first upload; also called by
+    exit hooks that may store entries after it ran or before it was registered (background.py, xla.py)."""
     deadline = time.monotonic() + (EXIT_WAIT if wait is None else wait)
     background.wait_all()  # entries still being written (background.py) queue their uploads first
     with _live_lock:
