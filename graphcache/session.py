@@ -271,17 +271,16 @@ class Session(tf.compat.v1.Session):
                 else:
                     self._go_plain(exc.nodes)
                     return None
-            scope = f"graphcache_{next(_scope_ids)}"
-            if variant is None and not _shares_state(compiled.op_types()):
-                compiled.import_into(self._run_graph, name=scope)  # the bytes as they are: no parse
-            else:
+            if variant is not None or _shares_state(compiled.op_types()):
+                # Parsed and edited in place; import_into then imports the edited GraphDef. Stateless
+                # graphs skip this and are imported from their bytes as they are (no parse).
                 run_graph_def = compiled.graph_def
                 if variant is not None and not accelerate.low_precision_casts(run_graph_def, variant.dtype):
                     warn_once("accelerate_no_casts", f"graphcache: {variant.rewriter} converted nothing in "
                               f"{label} to {variant.dtype}: it trains at the original precision")
                 _pin_shared_names(run_graph_def)
-                with self._run_graph.as_default():
-                    tf.graph_util.import_graph_def(run_graph_def, name=scope)
+            scope = f"graphcache_{next(_scope_ids)}"
+            compiled.import_into(self._run_graph, name=scope)
             imported = _Imported(scope, compiled.key, compiled.hit, variant_name, loss_scaled)
             self._signatures[(signature_key, variant_name)] = imported
             return imported
