@@ -383,11 +383,7 @@ class GraphCache:
         if parts is not None or not isinstance(self.store, TieredStore):
             return parts
         data = self.store.read(key)
-        if data is None:
-            return None
-        view = memoryview(data)
-        body = codec.head_size(view)
-        return view[:body], view[body:]
+        return None if data is None else codec.split(data)
 
     def write_entry(self, header: codec.EntryHeader, payload: bytes) -> bool:
         """Store an entry atomically, index it and enforce the size cap; False when it could not be stored."""

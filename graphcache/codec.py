@@ -158,9 +158,14 @@ def decode(data: bytes | memoryview, expected_key: str | None = None, *, signing
     Raises CorruptEntryError on any mismatch; with ``signing_key``, UntrustedEntryError (a subclass) when
     the entry is unsigned or its signature does not verify. An uncompressed payload is a view into ``data``.
     """
+    return decode_parts(*split(data), expected_key, signing_key=signing_key)
+
+
+def split(data: bytes | memoryview) -> tuple[memoryview, memoryview]:
+    """An entry's bytes as (prefix + header, stored payload), views into ``data`` (see decode_parts)."""
     view = memoryview(data)
     body = head_size(view)
-    return decode_parts(view[:body], view[body:], expected_key, signing_key=signing_key)
+    return view[:body], view[body:]
 
 
 def head_size(prefix: bytes | memoryview) -> int:
