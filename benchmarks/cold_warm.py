@@ -280,7 +280,7 @@ def child_warm_parts(model: str, cache_dir: str) -> dict[str, Any]:
     if parts is None:
         raise RuntimeError(f"entry {fingerprint.key} is not in {cache_dir}: the warm cache was not primed")
     step("read")
-    signing = {"signing_key": cache._signing_key} if getattr(cache, "_signing_key", None) else {}
+    signing = {"signing_key": cache.signing_key} if cache.signing_key else {}
     header, payload = codec.decode_parts(*parts, fingerprint.key, **signing)
     step("decode")
     ops = importing.wire_op_types(payload)
@@ -290,8 +290,8 @@ def child_warm_parts(model: str, cache_dir: str) -> dict[str, Any]:
     step("safety")
     # The bookkeeping GraphCache does on a hit (private API: skipped if it changes shape).
     try:
-        cache._touch(fingerprint.key, header, sum(len(part) for part in parts))
-        cache._count(hits=1, saved_seconds=header.compile_seconds)
+        cache.touch(fingerprint.key, header, sum(len(part) for part in parts))
+        cache.count(hits=1, saved_seconds=header.compile_seconds)
     except (AttributeError, TypeError):
         pass
     step("index")

@@ -104,7 +104,7 @@ def gpu_in_use(config: Any = None) -> bool:
 
 def variant_for(mode: AccelerateMode, config: Any = None) -> Variant:
     """The rewriter for ``mode`` on this machine's device (see the module docstring's table)."""
-    from .cache import warn_once
+    from .core.failures import warn_once
 
     if not gpu_in_use(config):
         return Variant(CPU_REWRITERS[mode.type], mode.dtype, "CPU")

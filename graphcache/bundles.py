@@ -134,7 +134,7 @@ class ImportSummary:
 def signing_key_for(target: Any) -> bytes | None:
     """The signing key entries are checked with: the GraphCache's, else ``GRAPHCACHE_SIGNING_KEY``."""
     if _is_graph_cache(target):
-        return getattr(target, "_signing_key", None)
+        return getattr(target, "signing_key", None)
     return settings.resolve_str(None, settings.ENV_SIGNING_KEY).encode() or None
 
 

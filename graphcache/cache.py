@@ -15,11 +15,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sqlite3
 import stat
 import threading
 import time
-import warnings
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -33,11 +31,11 @@ from .background import BackgroundWrites
 from .cachedir import CacheDir, row_from_header
 from .compiled import CompiledGraph
 from .compilers import Compiler, GrapplerCompiler
+from .core.failures import STORAGE_ERRORS, warn_once
 from .errors import (
     CacheDirError,
     CacheIOError,
     CorruptEntryError,
-    GraphCacheWarning,
     InvalidGraphError,
     UnsupportedGraphError,
     UntrustedEntryError,
@@ -56,25 +54,11 @@ _CACHEDIR_TAG_TEXT = (
     "# This file is a cache directory tag created by graphcache.\n"
     "# For information about cache directory tags see https://bford.info/cachedir/\n"
 )
-# Errors that mean "the cache's storage failed", as opposed to a bug or a bad graph.
-_STORAGE_ERRORS = (OSError, sqlite3.Error)
 
 # A miss whose entry is at least this big is written in the background (background.py); smaller ones are
 # written before compile() returns (milliseconds).
 BACKGROUND_WRITE_BYTES = 8 * 1024 * 1024
 
-_warned: set[str] = set()
-_warned_lock = threading.Lock()
-
-
-def warn_once(kind: str, message: str) -> None:
-    """Emit a GraphCacheWarning the first time a kind of failure happens in this process."""
-    with _warned_lock:
-        if kind in _warned:
-            log.debug("graphcache: %s", message)
-            return
-        _warned.add(kind)
-    warnings.warn(message, GraphCacheWarning, stacklevel=3)
 
 
 def _warn_if_shared_writable(path: Path) -> None:
@@ -154,7 +138,7 @@ class GraphCache:
         self.max_age = settings.resolve_optional_duration(max_age, settings.ENV_MAX_AGE)
         self.compiler = compiler or GrapplerCompiler()
         # entries are signed and checked with this key when set (HMAC-SHA256, codec.py); never logged
-        self._signing_key = settings.resolve_str(None, settings.ENV_SIGNING_KEY).encode() or None
+        self.signing_key = settings.resolve_str(None, settings.ENV_SIGNING_KEY).encode() or None
         self.cache_dir = _resolve_cache_dir(cache_dir)
         self.dir: CacheDir | None = None
         self.store = LocalStore(self.cache_dir, read_only=self.read_only)
@@ -171,8 +155,8 @@ class GraphCache:
                                                   settings.DEFAULT_REMOTE_TIMEOUT),
                 read_only=settings.resolve_flag(remote_read_only, settings.ENV_REMOTE_READ_ONLY))
             self.store = TieredStore(
-                self.store, self.remote, store_fetched=self.write_entry, count=self._count, warn=warn_once,
-                verify=lambda data, key: codec.decode(data, key, signing_key=self._signing_key),
+                self.store, self.remote, store_fetched=self.write_entry, count=self.count, warn=warn_once,
+                verify=lambda data, key: codec.decode(data, key, signing_key=self.signing_key),
                 retry_after=settings.resolve_duration(remote_retry_after, settings.ENV_REMOTE_RETRY_AFTER,
                                                       settings.DEFAULT_REMOTE_RETRY_AFTER))
         self.index: CacheIndex | None = None
@@ -212,8 +196,8 @@ class GraphCache:
             self.store.remove_stray_temp_files()
             if self.max_age is not None:
                 self.dir.evict(max_age=self.max_age)
-        except _STORAGE_ERRORS as exc:
-            self._failure("io_error", "opening the cache", exc)
+        except STORAGE_ERRORS as exc:
+            self.failure("io_error", "opening the cache", exc)
 
     @property
     def identity(self) -> dict[str, Any]:
@@ -225,24 +209,30 @@ class GraphCache:
             return self._identity
 
     # -- failure handling ----------------------------------------------------------------------------------
-    def _count(self, **deltas: float) -> None:
+    def count(self, **deltas: float) -> None:
         if self.index is None or self.read_only:
             return
         try:
             self.index.add_counters(deltas)
-        except _STORAGE_ERRORS as exc:
+        except STORAGE_ERRORS as exc:
             warn_once("stats", f"graphcache: could not update stats in {self.cache_dir}: {exc}")
 
-    def _count_uncacheable(self, reason: str, errors: int = 0) -> None:
-        self._count(**{UNCACHEABLE_PREFIX + reason: 1, "errors": errors})
+    def count_uncacheable(self, reason: str, errors: int = 0) -> None:
+        self.count(**{UNCACHEABLE_PREFIX + reason: 1, "errors": errors})
 
-    def _failure(self, reason: str, what: str, exc: BaseException) -> None:
-        """A cache failure: raise in strict mode, else warn once, count, and carry on without the cache."""
+    def failure(self, reason: str, what: str, exc: BaseException, *,
+                consequence: str = "compiling without the cache", uncacheable: bool = True) -> None:
+        """A cache failure: raise in strict mode, else warn once (``reason`` is the warning's kind), count
+        it (``errors``, and ``uncacheable.<reason>`` when ``uncacheable``) and carry on; ``consequence``
+        says in the warning what happens instead."""
         if self.strict:
             raise CacheIOError(f"graphcache: {what} failed: {type(exc).__name__}: {exc}") from exc
         warn_once(reason, f"graphcache: {what} failed in {self.cache_dir} ({type(exc).__name__}: {exc}); "
-                          "compiling without the cache")
-        self._count_uncacheable(reason, errors=1)
+                          f"{consequence}")
+        if uncacheable:
+            self.count_uncacheable(reason, errors=1)
+        else:
+            self.count(errors=1)
 
     # -- compile -------------------------------------------------------------------------------------------
     def compile(self, graph: Any, fetches: Any, feeds: Any = (), targets: Any = (), *, options: Any = None,
@@ -255,7 +245,7 @@ class GraphCache:
         start = time.perf_counter()
         source, view, label = self._inputs(graph, fetches, feeds, targets, options, name)
         if self.disabled:
-            self._count_uncacheable("disabled")
+            self.count_uncacheable("disabled")
             graph_def, data, seconds = self._compile_now(source, view.signature, options)
             return CompiledGraph("", False, graph_def, seconds, label, view.signature, serialized=data)
         fp = keys.compute(view, options, self.identity, name=label)
@@ -276,7 +266,7 @@ class GraphCache:
             view = GraphView(source.graph_def, signature)
             keys.options_bytes(options)  # type-check options early
         except (InvalidGraphError, TypeError) as exc:
-            self._count_uncacheable("invalid_graph")
+            self.count_uncacheable("invalid_graph")
             if isinstance(exc, TypeError):
                 raise InvalidGraphError(str(exc)) from None
             raise
@@ -284,7 +274,7 @@ class GraphCache:
         try:
             view.check_supported()
         except UnsupportedGraphError:
-            self._count_uncacheable("resource_ops")
+            self.count_uncacheable("resource_ops")
             raise
         return source, view, label
 
@@ -302,27 +292,27 @@ class GraphCache:
                                options: Any, label: str) -> CompiledGraph:
         signature = view.signature
         if self.read_only:
-            self._count(misses=1)
-            self._count_uncacheable("read_only")
+            self.count(misses=1)
+            self.count_uncacheable("read_only")
             graph_def, data, seconds = self._compile_now(source, signature, options)
             return CompiledGraph(fp.key, False, graph_def, seconds, label, signature, serialized=data)
         try:
             lock = self.store.lock_for(fp.key, self.lock_timeout)
             lock.acquire()
         except filelock.Timeout as exc:
-            self._failure("lock_timeout", f"waiting {self.lock_timeout:.0f}s for the compile lock", exc)
+            self.failure("lock_timeout", f"waiting {self.lock_timeout:.0f}s for the compile lock", exc)
             lock = None
-        except _STORAGE_ERRORS as exc:
-            self._failure("io_error", "taking the compile lock", exc)
+        except STORAGE_ERRORS as exc:
+            self.failure("io_error", "taking the compile lock", exc)
             lock = None
         try:
             if lock is not None:
                 compiled = self._load(fp.key, view, label)  # another process may have compiled it
                 if compiled is not None:
                     return compiled
-            self._count(misses=1)
+            self.count(misses=1)
             graph_def, data, seconds = self._compile_now(source, signature, options)
-            self._count(compiles=1, compile_seconds=seconds)
+            self.count(compiles=1, compile_seconds=seconds)
             if lock is not None:
                 if len(data) >= BACKGROUND_WRITE_BYTES and not self.strict:
                     # Write while the caller imports and runs the graph; the lock goes with the write,
@@ -362,9 +352,9 @@ class GraphCache:
             if parts is None:
                 return None
             head, stored = parts
-            header, payload = codec.decode_parts(head, stored, key, signing_key=self._signing_key)
-        except _STORAGE_ERRORS as exc:
-            self._failure("io_error", f"reading entry {key}", exc)
+            header, payload = codec.decode_parts(head, stored, key, signing_key=self.signing_key)
+        except STORAGE_ERRORS as exc:
+            self.failure("io_error", f"reading entry {key}", exc)
             return None
         except UntrustedEntryError as exc:
             self.discard_untrusted(key, str(exc))
@@ -372,7 +362,7 @@ class GraphCache:
         except CorruptEntryError as exc:
             self.discard_corrupt(key, exc)
             return None
-        self._touch(key, header, len(head) + len(stored))
+        self.touch(key, header, len(head) + len(stored))
         return header, payload
 
     def _read_parts(self, key: str) -> tuple[bytes | memoryview, bytes | memoryview] | None:
@@ -390,18 +380,18 @@ class GraphCache:
         if self.read_only or self.disabled:
             return False
         try:
-            parts = codec.encode_parts(header, payload, signing_key=self._signing_key)
+            parts = codec.encode_parts(header, payload, signing_key=self.signing_key)
             self.store.write_parts(header.key, parts)
-        except _STORAGE_ERRORS as exc:
-            self._failure("io_error", f"writing entry {header.key}", exc)
+        except STORAGE_ERRORS as exc:
+            self.failure("io_error", f"writing entry {header.key}", exc)
             return False
         size = sum(len(part) for part in parts)
-        self._count(bytes_written=size)
+        self.count(bytes_written=size)
         if self.index is not None and self.dir is not None:
             try:
                 self.index.upsert(row_from_header(header, size, header.created))
                 self.dir.evict(max_size=self.max_size, max_age=self.max_age, keep=header.key)
-            except _STORAGE_ERRORS as exc:
+            except STORAGE_ERRORS as exc:
                 warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
         return True
 
@@ -418,20 +408,22 @@ class GraphCache:
         if self.strict:
             raise CacheIOError(f"graphcache: entry {key} {strict_message}") from cause
         warn_once(reason, f"graphcache: entry {key} in {self.cache_dir} {warning} removed it and compiling again")
-        self._count_uncacheable(reason, errors=1)
+        self.count_uncacheable(reason, errors=1)
         if not self.read_only:
-            with contextlib.suppress(*_STORAGE_ERRORS):
+            with contextlib.suppress(*STORAGE_ERRORS):
                 self.store.quarantine(key)
                 if self.index is not None:
                     self.index.remove([key])
 
-    def _touch(self, key: str, header: codec.EntryHeader, size: int) -> None:
+    def touch(self, key: str, header: codec.EntryHeader | None = None, size: int = 0) -> None:
+        """Record a use of ``key`` (its LRU position); a row the index lacks is re-added from ``header``.
+        Best effort: an index failure warns once and is otherwise ignored."""
         if self.index is None or self.read_only:
             return
         try:
-            if not self.index.touch(key):
+            if not self.index.touch(key) and header is not None:
                 self.index.upsert(row_from_header(header, size, time.time()))
-        except _STORAGE_ERRORS as exc:
+        except STORAGE_ERRORS as exc:
             warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
 
     def read_graph(self, key: str, source_ops: set[str]) -> tuple[codec.EntryHeader, bytes] | None:
@@ -460,7 +452,7 @@ class GraphCache:
         if found is None:
             return None
         header, data = found
-        self._count(hits=1, saved_seconds=header.compile_seconds)
+        self.count(hits=1, saved_seconds=header.compile_seconds)
         return CompiledGraph(key, True, None, header.compile_seconds, header.name or label, view.signature,
                              serialized=data)
 

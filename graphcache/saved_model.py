@@ -61,8 +61,9 @@ import xxhash
 from google.protobuf import message as pb_message
 
 from . import codec, safety
-from .cache import GraphCache, warn_once
+from .cache import GraphCache
 from .compiled import CompiledGraph
+from .core.failures import warn_once
 from .errors import GraphCacheError, InvalidGraphError, UnsupportedGraphError
 from .graphs import GraphView, Signature
 from .store.local import is_key
@@ -353,7 +354,7 @@ def _load_target(cache: GraphCache, alias: Alias, alias_header: codec.EntryHeade
         return None
     header, data = found
     # a hit, saving the graph's compile and the SavedModel load + freeze the alias skipped
-    cache._count(hits=1, saved_seconds=header.compile_seconds + alias_header.compile_seconds)
+    cache.count(hits=1, saved_seconds=header.compile_seconds + alias_header.compile_seconds)
     return CompiledGraph(alias.target, True, None, header.compile_seconds, header.name, alias.signature,
                          serialized=data)
 

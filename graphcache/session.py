@@ -34,8 +34,9 @@ import tensorflow as tf
 
 from . import accelerate, graphs, settings
 from . import xla as _xla
-from .cache import GraphCache, warn_once
+from .cache import GraphCache
 from .compiled import runtime_config
+from .core.failures import warn_once
 from .errors import UnsupportedGraphError
 
 log = logging.getLogger("graphcache")
@@ -294,7 +295,7 @@ class Session(tf.compat.v1.Session):
                                           "is ignored: this graph runs the plain TensorFlow way")
             self._accelerator = None
         if self._cache is not None:
-            self._cache._count_uncacheable("resource_ops")
+            self._cache.count_uncacheable("resource_ops")
 
     # -- the rest of the Session surface -------------------------------------------------------------------
     def make_callable(self, fetches, feed_list=None, accept_options=False):

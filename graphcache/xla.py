@@ -603,7 +603,7 @@ class XlaCache:
 
     @property
     def signing_key(self) -> bytes | None:
-        return getattr(self.cache, "_signing_key", None)
+        return self.cache.signing_key
 
     def files(self) -> list[str]:
         """The executables in the directory (TensorFlow's file names; temp files, sidecars and .bad skipped)."""
@@ -653,7 +653,7 @@ class XlaCache:
             self._materialize(present, report)
         except _STORAGE_ERRORS as exc:
             self._failure(f"writing executables into {self.directory}", exc)  # what is there is verified
-        self.cache._count(xla_materialized=report.materialized, xla_bad_files=report.moved_aside,
+        self.cache.count(xla_materialized=report.materialized, xla_bad_files=report.moved_aside,
                           xla_removed=report.removed, xla_compiles=report.ingested, xla_pulled=report.pulled)
         if report.moved_aside:
             _warn("xla_bad_file", f"graphcache: {report.moved_aside} XLA executable(s) in {self.directory} failed "
@@ -809,7 +809,7 @@ class XlaCache:
             self._write_sidecar(path, digest, len(data))
             self._remember(name, st)
             self._counted.add(name)
-        self.cache._count(xla_hits=report.hits, xla_compiles=report.ingested)
+        self.cache.count(xla_hits=report.hits, xla_compiles=report.ingested)
         return report
 
     def _was_read(self, st: os.stat_result, seen: _Seen) -> bool:
@@ -936,7 +936,7 @@ class XlaCache:
             raise CacheIOError(f"graphcache: {what} failed: {type(exc).__name__}: {exc}") from exc
         _warn("xla_io_error", f"graphcache: {what} failed ({type(exc).__name__}: {exc}); XLA compiles without "
                               "the cache where it must")
-        self.cache._count(errors=1)
+        self.cache.count(errors=1)
 
 
 # -- TensorFlow's file format --------------------------------------------------------------------------------
@@ -991,7 +991,7 @@ def _same_dir(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
 
 
 def _warn(kind: str, message: str) -> None:
-    from .cache import warn_once
+    from .core.failures import warn_once
 
     warn_once(kind, message)
 

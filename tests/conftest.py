@@ -37,9 +37,9 @@ def _isolated_env(monkeypatch, tmp_path):
         if name.startswith("GRAPHCACHE_") and name != "GRAPHCACHE_SLOW_TESTS":
             monkeypatch.delenv(name)
     monkeypatch.setenv("GRAPHCACHE_DIR", str(tmp_path / "default-cache"))
-    from graphcache import cache as cache_module
+    from graphcache.core.failures import reset_warnings
 
-    cache_module._warned.clear()
+    reset_warnings()
     warnings.simplefilter("default")
     yield
 

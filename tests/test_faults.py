@@ -121,9 +121,9 @@ def test_real_read_only_directory(read_only_mount, mlp, cnn):
     # declared read-only, the same mount serves hits without a single warning
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        from graphcache import cache as cache_module
+        from graphcache.core import failures
 
-        cache_module._warned.clear()
+        failures.reset_warnings()
         assert GraphCache(target, read_only=True).compile(mlp.graph_def, mlp.fetches, mlp.feeds).hit
     assert not _our_warnings(caught)
 

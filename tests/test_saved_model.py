@@ -208,7 +208,7 @@ def test_poisoned_target_is_checked_against_saved_model_pb(saved_model, cache_di
     in saved_model.pb, so a graph entry rewritten to write files is refused and rebuilt."""
     from tensorflow.core.framework import graph_pb2
 
-    from graphcache import cache as cache_module
+    from graphcache.core import failures
     from graphcache.saved_model import saved_model_ops
 
     from .test_trust import _add_write_file
@@ -224,7 +224,7 @@ def test_poisoned_target_is_checked_against_saved_model_pb(saved_model, cache_di
     graph_def = graph_pb2.GraphDef.FromString(payload)
     _add_write_file(graph_def)
     path.write_bytes(codec.encode(header, graph_def.SerializeToString()))
-    cache_module._warned.clear()
+    failures.reset_warnings()
     with pytest.warns(graphcache.GraphCacheWarning, match="WriteFile"):
         again = graphcache.load_saved_model(saved_model, cache=cache)
     assert not again.hit

@@ -8,7 +8,7 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
 from graphcache import GraphCache, GraphCacheWarning, codec, safety
-from graphcache import cache as cache_module
+from graphcache.core import failures
 from graphcache.errors import UntrustedEntryError
 
 
@@ -84,7 +84,7 @@ def test_signed_entries(cache_dir, mlp, monkeypatch):
     path = checker.store.path_for(key)
     header, payload = codec.decode(path.read_bytes(), key)
     path.write_bytes(codec.encode(header, payload, signing_key=b"attacker"))
-    cache_module._warned.clear()  # warnings are once per process and kind; this is a new case to see
+    failures.reset_warnings()  # warnings are once per process and kind; this is a new case to see
     with pytest.warns(GraphCacheWarning, match="signature does not verify"):
         assert not GraphCache(cache_dir).compile(mlp.graph_def, mlp.fetches, mlp.feeds).hit
 
