@@ -246,8 +246,9 @@ def child_warm_parts(model: str, cache_dir: str) -> dict[str, Any]:
     from tensorflow.core.framework import graph_pb2
 
     gc_import, cache_module = _import_graphcache()
-    from graphcache import codec, graphs, importing, keys, safety
+    from graphcache import graphs, importing, keys, safety
     from graphcache.compiled import runtime_config
+    from graphcache.core import codec
 
     files = common.ModelFiles.load(model)
     graph_def = graph_pb2.GraphDef.FromString(files.read_bytes())
@@ -311,8 +312,9 @@ def _prepare(cache: Any, compiled: Any, graph_def: Any, files: common.ModelFiles
              ) -> dict[str, Any]:
     """After the priming miss (untimed): save the entry's payload (the optimized GraphDef bytes the floor
     parses), check the floor's ConfigProto against runtime_config(), measure fingerprint throughput."""
-    from graphcache import codec, graphs, keys
+    from graphcache import graphs, keys
     from graphcache.compiled import runtime_config
+    from graphcache.core import codec
 
     entry = cache.store.read(compiled.key)
     if entry is None:

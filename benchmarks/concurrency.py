@@ -117,7 +117,7 @@ def run_round(model: str, variant: str, procs: int, work: Path) -> dict[str, Any
         "peak_rss_mb": max(row["peak_rss_mb"] for row in rows),
     }
     if cache_dir is not None:
-        from graphcache.cachedir import CacheDir  # TF-free
+        from graphcache.core.cachedir import CacheDir
 
         stats = CacheDir(cache_dir).stats()
         result.update(compiles=stats.compiles, hits=stats.hits, misses=stats.misses, entries=stats.entries,

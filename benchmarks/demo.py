@@ -89,7 +89,7 @@ def _print_stats(cache_dir: str) -> None:
         return
     _say(f"   (the graphcache CLI is not available: {cli_error})")
     _say("   cache.stats() instead:")
-    from graphcache.cachedir import CacheDir  # the TensorFlow-free side of GraphCache
+    from graphcache.core.cachedir import CacheDir
 
     stats = CacheDir(cache_dir).stats()
     hit_rate = f"{stats.hit_rate:.0%}" if stats.hit_rate is not None else "-"

@@ -39,8 +39,8 @@ _LAZY = {
     "Session": "graphcache.session",
     "SessionCreator": "graphcache.session",
     "TellMeStepOrLossHook": "graphcache.accelerate",
-    "Stats": "graphcache.stats",
-    "CacheDir": "graphcache.cachedir",
+    "Stats": "graphcache.core.stats",
+    "CacheDir": "graphcache.core.cachedir",
     "load_saved_model": "graphcache.saved_model",
     "SavedModelFunction": "graphcache.saved_model",
     "export_bundle": "graphcache.bundles",
@@ -52,12 +52,12 @@ if TYPE_CHECKING:
     from .accelerate import TellMeStepOrLossHook
     from .bundles import export_bundle, import_bundle
     from .cache import GraphCache
-    from .cachedir import CacheDir
     from .compiled import CompiledGraph
     from .config import ExperimentalConfig
+    from .core.cachedir import CacheDir
+    from .core.stats import Stats
     from .saved_model import SavedModelFunction, load_saved_model
     from .session import Session, SessionCreator
-    from .stats import Stats
 
 
 def __getattr__(name: str) -> Any:
@@ -72,8 +72,9 @@ def __getattr__(name: str) -> Any:
 def fingerprint(graph: Any, fetches: Any, feeds: Any = (), targets: Any = (), *, options: Any = None,
                 identity_salt: str | None = None) -> str:
     """The cache key ``GraphCache.compile`` would use for these arguments (32 hex characters)."""
-    from . import graphs, identity, keys, settings
+    from . import graphs, identity, keys
     from .compilers import GrapplerCompiler
+    from .core import settings
 
     source = graphs.load(graph)
     view = graphs.GraphView(source.graph_def, graphs.Signature.create(fetches, feeds, targets))

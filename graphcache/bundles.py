@@ -60,12 +60,12 @@ import filelock
 import xxhash
 import zstandard
 
-from . import codec, settings
-from .cachedir import CacheDir, row_from_header
+from .core import codec, settings
+from .core.cachedir import CacheDir, row_from_header
+from .core.filters import Filter, apply_filters, parse_filter
+from .core.index import IndexRow
 from .errors import CorruptEntryError, GraphCacheError, UntrustedEntryError
-from .filters import Filter, apply_filters, parse_filter
 from .identity import identity_id
-from .index import IndexRow
 from .store.local import LOCKS_DIR, atomic_writer, is_key
 
 BUNDLE_FORMAT = "graphcache-bundle"

@@ -25,13 +25,17 @@ from typing import Any
 import filelock
 from tensorflow.core.framework import graph_pb2
 
-from . import codec, graphs, identity, importing, keys, safety, settings
+from . import graphs, identity, importing, keys, safety
 from . import xla as _xla
-from .background import BackgroundWrites
-from .cachedir import CacheDir, row_from_header
 from .compiled import CompiledGraph
 from .compilers import Compiler, GrapplerCompiler
+from .core import codec, settings
+from .core.background import BackgroundWrites
+from .core.cachedir import CacheDir, row_from_header
 from .core.failures import STORAGE_ERRORS, warn_once
+from .core.index import CacheIndex, IndexRow
+from .core.stats import UNCACHEABLE_PREFIX, Stats
+from .core.versioning import PurgeResult, purge_stale_versions
 from .errors import (
     CacheDirError,
     CacheIOError,
@@ -41,10 +45,7 @@ from .errors import (
     UntrustedEntryError,
 )
 from .graphs import GraphView, Signature
-from .index import CacheIndex, IndexRow
-from .stats import UNCACHEABLE_PREFIX, Stats
 from .store import LocalStore, RemoteStore, TieredStore
-from .versioning import PurgeResult, purge_stale_versions
 
 log = logging.getLogger("graphcache")
 

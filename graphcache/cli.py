@@ -42,10 +42,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from . import __version__, codec, settings
-from .cachedir import CacheDir
-from .errors import CorruptEntryError, GraphCacheError
-from .filters import (
+from . import __version__
+from .core import codec, settings
+from .core.cachedir import CacheDir
+from .core.filters import (
     Filter,
     FilterError,
     SortOrder,
@@ -56,9 +56,10 @@ from .filters import (
     parse_sort,
     sort_rows,
 )
+from .core.index import INDEX_FILE, IndexRow
+from .core.stats import Stats
+from .errors import CorruptEntryError, GraphCacheError
 from .identity import identity_id
-from .index import INDEX_FILE, IndexRow
-from .stats import Stats
 from .store import LocalStore, RemoteFile, RemoteStore
 
 PROG = "graphcache"

@@ -23,8 +23,9 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from . import bundles, push, settings
-from .filters import Filter, format_size
+from . import bundles, push
+from .core import settings
+from .core.filters import Filter, format_size
 
 if TYPE_CHECKING:
     from .warm import WarmResult

@@ -16,7 +16,7 @@ from typing import Any
 
 import xxhash
 
-from . import codec
+from .core import codec
 
 # Environment variables that change what TensorFlow's graph rewriters produce.
 _TF_ENV_IN_IDENTITY = ("TF_ENABLE_ONEDNN_OPTS",)

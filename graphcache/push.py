@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .bundles import read_verified, select_entries
-from .cachedir import CacheDir
+from .core.cachedir import CacheDir
+from .core.filters import Filter
 from .errors import CorruptEntryError
-from .filters import Filter
 from .store.remote import RemoteStore
 from .store.tiered import xla_identity_of
 

@@ -60,9 +60,10 @@ import numpy as np
 import xxhash
 from google.protobuf import message as pb_message
 
-from . import codec, safety
+from . import safety
 from .cache import GraphCache
 from .compiled import CompiledGraph
+from .core import codec
 from .core.failures import warn_once
 from .errors import GraphCacheError, InvalidGraphError, UnsupportedGraphError
 from .graphs import GraphView, Signature

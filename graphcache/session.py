@@ -32,10 +32,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from . import accelerate, graphs, settings
+from . import accelerate, graphs
 from . import xla as _xla
 from .cache import GraphCache
 from .compiled import runtime_config
+from .core import settings
 from .core.failures import warn_once
 from .errors import UnsupportedGraphError
 

@@ -111,10 +111,11 @@ from typing import TYPE_CHECKING, Any
 
 import xxhash
 
-from . import codec, settings, wire
+from . import wire
+from .core import codec, settings
+from .core.index import IndexRow
+from .core.stats import XLA_COUNTERS
 from .errors import CacheIOError, CorruptEntryError
-from .index import IndexRow
-from .stats import XLA_COUNTERS
 from .store.local import LocalStore, atomic_writer
 from .store.remote import XLA_KIND
 from .store.tiered import TieredStore, flush_uploads_at_exit

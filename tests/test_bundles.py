@@ -29,8 +29,8 @@ from graphcache.bundles import (
     export_bundle,
     import_bundle,
 )
-from graphcache.cachedir import CacheDir
-from graphcache.codec import EntryHeader, encode
+from graphcache.core.cachedir import CacheDir
+from graphcache.core.codec import EntryHeader, encode
 from graphcache.store import LocalStore
 
 from .helpers import ROOT

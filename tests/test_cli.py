@@ -17,9 +17,9 @@ import xxhash
 from click.testing import CliRunner
 
 from graphcache import __version__, cli
-from graphcache.cachedir import CacheDir
-from graphcache.codec import EntryHeader, encode
-from graphcache.filters import (
+from graphcache.core.cachedir import CacheDir
+from graphcache.core.codec import EntryHeader, encode
+from graphcache.core.filters import (
     Filter,
     FilterError,
     SortOrder,
@@ -30,7 +30,7 @@ from graphcache.filters import (
     parse_sort,
     sort_rows,
 )
-from graphcache.index import IndexRow
+from graphcache.core.index import IndexRow
 from graphcache.store import LocalStore
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from graphcache import GraphCache
-from graphcache.cachedir import CacheDir
+from graphcache.core.cachedir import CacheDir
 
 from .helpers import ROOT, record
 
@@ -27,8 +27,8 @@ TRIALS = 200 if os.environ.get("GRAPHCACHE_SLOW_TESTS") == "1" else 6
 
 WRITER = r'''
 import os, sys, time
-from graphcache import codec
-from graphcache.cachedir import CacheDir, row_from_header
+from graphcache.core import codec
+from graphcache.core.cachedir import CacheDir, row_from_header
 root, real_key, real_payload_path, ready = sys.argv[1:5]
 real_payload = open(real_payload_path, "rb").read()
 cache = CacheDir(root)

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graphcache import codec
+from graphcache.core import codec
 from graphcache.errors import CorruptEntryError
 
 from .helpers import ROOT, record
@@ -170,7 +170,7 @@ BUNDLE_EXAMPLES = 300 if SLOW else 40
 def bundle_bytes(tmp_path_factory):
     """A real bundle of three entries, exported from a cache dir (no TensorFlow needed)."""
     from graphcache.bundles import export_bundle
-    from graphcache.cachedir import CacheDir
+    from graphcache.core.cachedir import CacheDir
     from graphcache.store import LocalStore
 
     root = tmp_path_factory.mktemp("bundle-src")

@@ -10,8 +10,9 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2, node_def_pb2
 
 import graphcache
-from graphcache import GraphCache, codec, importing, safety
+from graphcache import GraphCache, importing, safety
 from graphcache import cache as cache_module
+from graphcache.core import codec
 
 from .helpers import CONTROL_FLOW_MODEL, run_python
 

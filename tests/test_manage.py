@@ -7,8 +7,8 @@ import time
 
 from click.testing import CliRunner
 
-from graphcache.cachedir import CacheDir
 from graphcache.cli import cli
+from graphcache.core.cachedir import CacheDir
 
 from .test_eviction import _fill, _key
 

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from graphcache import GraphCache, GraphCacheWarning, cli, codec
-from graphcache.cachedir import CacheDir
+from graphcache import GraphCache, GraphCacheWarning, cli
+from graphcache.core import codec
+from graphcache.core.cachedir import CacheDir
 from graphcache.store import LocalStore, RemoteError, RemoteStore, TieredStore
 
 from .helpers import run_python

@@ -12,8 +12,9 @@ import pytest
 import tensorflow as tf
 
 import graphcache
-from graphcache import GraphCache, codec
-from graphcache.cachedir import CacheDir
+from graphcache import GraphCache
+from graphcache.core import codec
+from graphcache.core.cachedir import CacheDir
 from graphcache.saved_model import ALIAS_KIND, SavedModelError, alias_key, read_alias
 
 from .helpers import run_python

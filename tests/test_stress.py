@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from graphcache.cachedir import CacheDir
+from graphcache.core.cachedir import CacheDir
 
 from .helpers import ROOT, record
 

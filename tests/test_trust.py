@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
-from graphcache import GraphCache, GraphCacheWarning, codec, safety
-from graphcache.core import failures
+from graphcache import GraphCache, GraphCacheWarning, safety
+from graphcache.core import codec, failures
 from graphcache.errors import UntrustedEntryError
 
 

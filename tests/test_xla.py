@@ -24,7 +24,8 @@ import pytest
 import xxhash
 from click.testing import CliRunner
 
-from graphcache import CacheDir, GraphCache, GraphCacheWarning, cli, codec, xla
+from graphcache import CacheDir, GraphCache, GraphCacheWarning, cli, xla
+from graphcache.core import codec
 from graphcache.store import LocalStore, RemoteStore
 
 from .helpers import ROOT, run_python

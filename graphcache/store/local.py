@@ -21,7 +21,7 @@ from typing import BinaryIO
 
 import filelock
 
-from .. import codec
+from ..core import codec
 from .base import Store, StoredFile
 
 ENTRY_SUFFIX = ".gce"

@@ -41,7 +41,7 @@ from typing import Any
 
 import filelock
 
-from .. import background, codec
+from ..core import background, codec
 from ..errors import CorruptEntryError
 from .base import Store, StoredFile
 from .local import LocalStore, is_key

@@ -87,7 +87,7 @@ def _register(writes: BackgroundWrites) -> None:
 def _at_exit() -> None:
     # Joins the pending writes, then waits for the uploads they queued: those may come after the remote
     # tier's own exit hook ran, or before it was registered (at the first upload).
-    from .store import tiered
+    from ..store import tiered
 
     tiered.flush_uploads_at_exit()
 

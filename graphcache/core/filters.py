@@ -1,6 +1,6 @@
 """Entry filters, sort orders and sizes: the small languages of ``graphcache ls`` and ``graphcache purge``.
 
-Pure functions over :class:`~graphcache.index.IndexRow`, shared by the CLI and the Python API.
+Pure functions over :class:`~graphcache.core.index.IndexRow`, shared by the CLI and the Python API.
 
 A filter is ``FIELD OP VALUE`` with ``OP`` one of ``> < >= <= = !=``:
 

@@ -39,7 +39,7 @@ from typing import Any
 import xxhash
 import zstandard
 
-from .errors import CorruptEntryError, UntrustedEntryError
+from ..errors import CorruptEntryError, UntrustedEntryError
 
 MAGIC = b"GRCACHE\0"
 FORMAT_VERSION = 1

@@ -13,8 +13,8 @@ import logging
 import time
 from dataclasses import dataclass
 
+from ..store import LocalStore
 from .index import CacheIndex
-from .store import LocalStore
 
 log = logging.getLogger("graphcache")
 
@@ -57,7 +57,7 @@ def _remove_xla_dir(store: LocalStore, version: str) -> None:
     root = getattr(store, "root", None)
     if root is None:
         return
-    from .xla import remove_version_dir
+    from ..xla import remove_version_dir
 
     try:
         remove_version_dir(root, version)

@@ -14,17 +14,17 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..errors import CorruptEntryError
+from ..store import LocalStore
 from . import codec
-from .errors import CorruptEntryError
 from .filters import Filter, apply_filters, parse_filter, parse_size
 from .index import CacheIndex, IndexRow
 from .stats import Stats
-from .store import LocalStore
 from .versioning import PurgeResult, purge_stale_versions
 
 
 def row_from_header(header: codec.EntryHeader, size: int, last_used: float) -> IndexRow:
-    from .identity import identity_id
+    from ..identity import identity_id
 
     return IndexRow(
         key=header.key, name=header.name, kind=header.kind, size=size, created=header.created,
