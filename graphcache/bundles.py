@@ -60,12 +60,13 @@ import filelock
 import xxhash
 import zstandard
 
-from .core import codec, settings
+from .core import codec, kinds, settings
 from .core.cachedir import CacheDir, row_from_header
-from .core.filters import Filter, apply_filters, parse_filter
-from .core.index import IndexRow
+from .core.checked import read_checked, read_entry_file
+from .core.filters import Filter
+from .core.keyparts import identity_id
+from .core.service import EntryService
 from .errors import CorruptEntryError, GraphCacheError, UntrustedEntryError
-from .identity import identity_id
 from .store.local import LOCKS_DIR, atomic_writer, is_key
 
 BUNDLE_FORMAT = "graphcache-bundle"
@@ -75,7 +76,6 @@ ENTRY_MEMBER = re.compile(r"entries/([0-9a-f]{32})\.gce")
 MAX_MANIFEST = 64 * 2**20
 ZSTD_LEVEL = 3
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-ALIAS_KIND = "saved_model"  # saved_model.ALIAS_KIND (that module imports TensorFlow)
 _CHUNK = 2**20
 _IMPORT_LOCK = "import.lock"
 
@@ -132,22 +132,18 @@ class ImportSummary:
 
 # -- opening caches ------------------------------------------------------------------------------------------
 def signing_key_for(target: Any) -> bytes | None:
-    """The signing key entries are checked with: the GraphCache's, else ``GRAPHCACHE_SIGNING_KEY``."""
-    if _is_graph_cache(target):
-        return getattr(target, "signing_key", None)
+    """The signing key entries are checked with: the cache's own, else ``GRAPHCACHE_SIGNING_KEY``."""
+    if isinstance(target, EntryService):
+        return target.signing_key
     return settings.resolve_str(None, settings.ENV_SIGNING_KEY).encode() or None
-
-
-def _is_graph_cache(target: Any) -> bool:  # duck-typed: importing cache.py would import TensorFlow
-    return hasattr(target, "cache_dir") and hasattr(target, "version") and hasattr(target, "_management")
 
 
 def _cache_dir(target: Any, *, create: bool) -> tuple[CacheDir, str | None, dict[str, Any]]:
     """(CacheDir, the GraphCache's version or None, eviction settings) for a path, CacheDir or GraphCache."""
     if isinstance(target, CacheDir):
         return target, None, {}
-    if _is_graph_cache(target):
-        return target._management(), target.version, {"max_size": target.max_size, "max_age": target.max_age}
+    if isinstance(target, EntryService):
+        return target.management(), target.version, {"max_size": target.max_size, "max_age": target.max_age}
     root = Path(target).expanduser()
     if create and not root.exists():
         root.mkdir(parents=True, mode=0o700)
@@ -164,50 +160,7 @@ def _cache_dir(target: Any, *, create: bool) -> tuple[CacheDir, str | None, dict
     return cache, None, {}
 
 
-def installed_version(salt: str | None = None) -> str:
-    """The compiler version id of this installation (imports TensorFlow)."""
-    from .identity import compiler_version, version_id
-
-    return version_id(compiler_version(settings.resolve_str(salt, settings.ENV_IDENTITY_SALT)))
-
-
 # -- export --------------------------------------------------------------------------------------------------
-def select_entries(cache: CacheDir, keys: Iterable[str] | None, filters: Iterable[str | Filter] | None,
-            current: str) -> list[IndexRow]:
-    index = cache.index
-    if index is None:
-        raise BundleError(f"cannot read the cache index in {cache.root}")
-    conditions = [f if isinstance(f, Filter) else parse_filter(f) for f in (filters or [])]
-    if keys is not None:
-        rows = []
-        for key in dict.fromkeys(keys):
-            row = index.get(key)
-            if row is None:
-                raise BundleError(f"no entry {key} in {cache.root}")
-            rows.append(row)
-    else:
-        rows = index.rows(order="key")
-        if not conditions:
-            if not current:
-                raise BundleError(f"no current version is recorded in {cache.root}: give keys or --filter "
-                                  "(or open the cache with GraphCache once)")
-            rows = [row for row in rows if row.version == current]
-    if conditions:
-        if not current and any(c.uses_current for c in conditions):
-            raise BundleError(f"no current version is recorded in {cache.root}: 'identity=current' has "
-                              "nothing to compare with")
-        rows = apply_filters(rows, conditions, now=time.time(), current_version=current)
-    return rows
-
-
-def read_verified(cache: CacheDir, key: str, signing_key: bytes | None) -> tuple[codec.EntryHeader, bytes]:
-    data = cache.store.read(key)
-    if data is None:
-        raise CorruptEntryError("the entry file is gone")
-    header, _ = codec.decode(data, key, signing_key=signing_key)
-    return header, data
-
-
 def _member_info(name: str, size: int, mtime: float) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.size, info.mtime, info.mode, info.type = size, int(mtime), 0o644, tarfile.REGTYPE
@@ -229,7 +182,7 @@ def export_bundle(source: Any, path: str | os.PathLike[str], keys: Iterable[str]
     cache, own_version, _ = _cache_dir(source, create=False)
     signing_key = signing_key_for(source)
     current = own_version or cache.current_version()
-    rows = select_entries(cache, keys, filters, current)
+    rows = cache.select_to_share(keys, filters, current_version=current)
     if not rows:
         raise BundleError(f"no entries selected in {cache.root}: nothing to export")
     # pass 1: verify and checksum every selected entry, adding alias targets
@@ -243,7 +196,7 @@ def export_bundle(source: Any, path: str | os.PathLike[str], keys: Iterable[str]
         if key in records:
             continue
         try:
-            header, data = read_verified(cache, key, signing_key)
+            header, data = read_entry_file(cache.store, key, signing_key=signing_key)
         except (CorruptEntryError, OSError) as exc:
             skipped.append({"key": key, "problem": str(exc)})
             continue
@@ -255,7 +208,7 @@ def export_bundle(source: Any, path: str | os.PathLike[str], keys: Iterable[str]
                   "path": f"entries/{key}.gce", "size": len(data),
                   "xxh3_128": xxhash.xxh3_128_hexdigest(data),
                   "identity_id": ident, "created": header.created}
-        if header.kind == ALIAS_KIND:
+        if header.kind == kinds.SAVED_MODEL:
             target = str(header.extra.get("target", ""))
             record["target"] = target
             if is_key(target) and target not in records and cache.store.stat(target) is not None:
@@ -561,14 +514,10 @@ def _expected_version(cache: CacheDir, own_version: str | None, version: str | N
 
 
 def _already_there(cache: CacheDir, key: str, signing_key: bytes | None) -> bool:
-    data = cache.store.read(key)
-    if data is None:
-        return False
     try:
-        codec.decode(data, key, signing_key=signing_key)
+        return read_checked(cache.store, key, signing_key=signing_key) is not None
     except CorruptEntryError:
         return False
-    return True
 
 
 def import_bundle(target: Any, path: str | os.PathLike[str], *, version: str | None = None,
@@ -650,7 +599,6 @@ __all__ = [
     "UntrustedBundleError",
     "export_bundle",
     "import_bundle",
-    "installed_version",
     "read_manifest",
     "verify_bundle",
 ]

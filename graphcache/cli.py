@@ -45,21 +45,12 @@ from rich.text import Text
 from . import __version__
 from .core import codec, settings
 from .core.cachedir import CacheDir
-from .core.filters import (
-    Filter,
-    FilterError,
-    SortOrder,
-    apply_filters,
-    format_size,
-    parse_filter,
-    parse_size,
-    parse_sort,
-    sort_rows,
-)
+from .core.filters import Filter, FilterError, SortOrder, apply_filters, parse_filter, parse_sort, sort_rows
 from .core.index import INDEX_FILE, IndexRow
+from .core.keyparts import identity_id
 from .core.stats import Stats
+from .core.units import UnitError, format_size, parse_duration, parse_size
 from .errors import CorruptEntryError, GraphCacheError
-from .identity import identity_id
 from .store import LocalStore, RemoteFile, RemoteStore
 
 PROG = "graphcache"
@@ -333,7 +324,7 @@ def _parse_size_option(_ctx: click.Context, _param: click.Parameter, value: str 
         return None
     try:
         return parse_size(value)
-    except FilterError as exc:
+    except UnitError as exc:
         raise click.BadParameter(str(exc)) from None
 
 
@@ -341,8 +332,8 @@ def _parse_age(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     if value is None:
         return None
     try:
-        seconds = settings.parse_duration(value)
-    except ValueError as exc:
+        seconds = parse_duration(value)
+    except UnitError as exc:
         raise click.BadParameter(str(exc)) from None
     return Filter(f"accessed>{value}", "accessed", ">", seconds, "age")
 

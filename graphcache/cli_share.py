@@ -25,7 +25,8 @@ from rich.text import Text
 
 from . import bundles, push
 from .core import settings
-from .core.filters import Filter, format_size
+from .core.filters import Filter
+from .core.units import format_size
 
 if TYPE_CHECKING:
     from .warm import WarmResult
@@ -184,7 +185,9 @@ def import_command(bundle: Path, as_json: bool) -> None:
     if not cache.current_version():
         cli.message(f"No compiler version is recorded in {root} yet: using this installation's "
                     "(asking TensorFlow).", style="dim")
-        version = bundles.installed_version()
+        from .identity import installed_version  # imports TensorFlow: only when no version is recorded
+
+        version = installed_version()
     with cli.spinner(f"Verifying and importing {bundle}..."):
         summary = bundles.import_bundle(cache, bundle, version=version)
     cli.emit(mode, data=summary.as_dict(), human=lambda: None)

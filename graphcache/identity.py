@@ -10,13 +10,11 @@ purge each other (a GPU trainer and a CPU server can share a cache dir).
 from __future__ import annotations
 
 import functools
-import json
 import os
 from typing import Any
 
-import xxhash
-
 from .core import codec
+from .core.keyparts import version_id
 
 # Environment variables that change what TensorFlow's graph rewriters produce.
 _TF_ENV_IN_IDENTITY = ("TF_ENABLE_ONEDNN_OPTS",)
@@ -32,12 +30,6 @@ def _tf_versions() -> tuple[str, str]:
 def compiler_version(salt: str = "") -> dict[str, Any]:
     tf_version, git_version = _tf_versions()
     return {"tensorflow": tf_version, "tf_git": git_version, "format": codec.FORMAT_VERSION, "salt": salt}
-
-
-def version_id(version: dict[str, Any]) -> str:
-    """A short readable id: ``tf2.21.0-1a2b3c4d`` (the hash covers every field)."""
-    digest = xxhash.xxh3_64_hexdigest(json.dumps(version, sort_keys=True).encode())[:8]
-    return f"tf{version['tensorflow']}-{digest}"
 
 
 @functools.cache
@@ -57,10 +49,6 @@ def device_kind() -> str:
     return ",".join(gpus) if gpus else "cpu"
 
 
-def identity_id(identity: dict[str, Any]) -> str:
-    return xxhash.xxh3_64_hexdigest(json.dumps(identity, sort_keys=True).encode())[:12]
-
-
 def compiler_identity(salt: str, backend_name: str, backend_options: dict[str, Any]) -> dict[str, Any]:
     version = compiler_version(salt)
     return {
@@ -71,3 +59,10 @@ def compiler_identity(salt: str, backend_name: str, backend_options: dict[str, A
         "device": device_kind(),
         "env": {name: os.environ.get(name, "") for name in _TF_ENV_IN_IDENTITY},
     }
+
+
+def installed_version(salt: str | None = None) -> str:
+    """The compiler version id of this installation (``identity_salt`` default: GRAPHCACHE_IDENTITY_SALT)."""
+    from .core import settings
+
+    return version_id(compiler_version(settings.resolve_str(salt, settings.ENV_IDENTITY_SALT)))

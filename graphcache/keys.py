@@ -33,6 +33,7 @@ from typing import Any
 import xxhash
 from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, node_def_pb2
 
+from .core.keyparts import combine, hash_json, hash_text
 from .graphs import GraphView, Signature, func_refs, input_node
 
 log = logging.getLogger("graphcache")
@@ -218,21 +219,17 @@ def options_bytes(options: Any) -> bytes:
     return graph_options.SerializeToString(deterministic=True)
 
 
-def _hash_text(text: str | bytes) -> str:
-    return xxhash.xxh3_128_hexdigest(text.encode() if isinstance(text, str) else text)
-
-
 def compute(view: GraphView, options: Any, identity: dict[str, Any], *, name: str = "") -> Fingerprint:
     signature: Signature = view.signature
     parts = {
         "graph": graph_hash(view),
-        "feeds": _hash_text(json.dumps(signature.feeds)),
-        "fetches": _hash_text(json.dumps(signature.fetches)),
-        "targets": _hash_text(json.dumps(signature.targets)),
-        "options": _hash_text(options_bytes(options)),
-        "identity": _hash_text(json.dumps(identity, sort_keys=True)),
+        "feeds": hash_text(json.dumps(signature.feeds)),
+        "fetches": hash_text(json.dumps(signature.fetches)),
+        "targets": hash_text(json.dumps(signature.targets)),
+        "options": hash_text(options_bytes(options)),
+        "identity": hash_json(identity),
     }
-    key = xxhash.xxh3_128_hexdigest("".join(f"{p}={parts[p]}\n" for p in PART_ORDER).encode())
+    key = combine(parts, PART_ORDER)
     if log.isEnabledFor(logging.DEBUG):
         log.debug("key %s for %s: %s", key, name or "graph", " ".join(f"{p}={parts[p]}" for p in PART_ORDER))
     return Fingerprint(key, parts)

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .bundles import read_verified, select_entries
 from .core.cachedir import CacheDir
+from .core.checked import read_entry_file
 from .core.filters import Filter
 from .errors import CorruptEntryError
 from .store.remote import RemoteStore
@@ -50,7 +50,7 @@ def push_entries(cache: CacheDir, remote: RemoteStore, keys: Iterable[str] | Non
     line); entries pushed before a failure stay pushed, each whole.
     """
     current = cache.current_version()
-    rows = select_entries(cache, keys, filters, current)
+    rows = cache.select_to_share(keys, filters, current_version=current)
     on_remote = {(f.version, f.key) for f in remote.scan()}
     stores: dict[str, RemoteStore] = {}
     summary = PushSummary()
@@ -59,7 +59,7 @@ def push_entries(cache: CacheDir, remote: RemoteStore, keys: Iterable[str] | Non
             summary.present.append(row.key)
             continue
         try:
-            header, data = read_verified(cache, row.key, signing_key)
+            header, data = read_entry_file(cache.store, row.key, signing_key=signing_key)
         except (CorruptEntryError, OSError) as exc:
             summary.skipped.append({"key": row.key, "problem": str(exc)})
             continue

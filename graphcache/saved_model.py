@@ -63,15 +63,16 @@ from google.protobuf import message as pb_message
 from . import safety
 from .cache import GraphCache
 from .compiled import CompiledGraph
-from .core import codec
+from .core import codec, kinds
 from .core.failures import warn_once
+from .core.keyparts import combine, hash_json, hash_text
 from .errors import GraphCacheError, InvalidGraphError, UnsupportedGraphError
 from .graphs import GraphView, Signature
 from .store.local import is_key
 
 log = logging.getLogger("graphcache")
 
-ALIAS_KIND = "saved_model"
+ALIAS_KIND = kinds.SAVED_MODEL
 ALIAS_FORMAT = 1
 DEFAULT_SIGNATURE = "serving_default"
 _HASH_CHUNK = 8 * 2**20
@@ -122,21 +123,16 @@ def files_digest(path: str | os.PathLike[str]) -> str:
     return xxhash.xxh3_128_hexdigest("".join(lines).encode())
 
 
-def _hash_text(text: str) -> str:
-    return xxhash.xxh3_128_hexdigest(text.encode())
-
-
 def alias_key(cache: GraphCache, path: str | os.PathLike[str], signature_key: str = DEFAULT_SIGNATURE, *,
               digest: str | None = None) -> tuple[str, dict[str, str]]:
     """The alias entry's key and its parts (``digest``: a precomputed :func:`files_digest`)."""
     parts = {
-        "kind": _hash_text(f"{ALIAS_KIND}/{ALIAS_FORMAT}"),
+        "kind": hash_text(f"{ALIAS_KIND}/{ALIAS_FORMAT}"),
         "files": digest if digest is not None else files_digest(path),
-        "signature": _hash_text(signature_key),
-        "identity": _hash_text(json.dumps(cache.identity, sort_keys=True)),
+        "signature": hash_text(signature_key),
+        "identity": hash_json(cache.identity),
     }
-    key = xxhash.xxh3_128_hexdigest("".join(f"{p}={parts[p]}\n" for p in _ALIAS_PARTS).encode())
-    return key, parts
+    return combine(parts, _ALIAS_PARTS), parts
 
 
 def _read_proto(root: Path):

@@ -93,7 +93,6 @@ never synced is checked for its framing only (see ``well_formed``).
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import os
@@ -112,13 +111,13 @@ from typing import TYPE_CHECKING, Any
 import xxhash
 
 from . import wire
-from .core import codec, settings
+from .core import codec, exits, settings
 from .core.index import IndexRow
 from .core.stats import XLA_COUNTERS
 from .errors import CacheIOError, CorruptEntryError
 from .store.local import LocalStore, atomic_writer
 from .store.remote import XLA_KIND
-from .store.tiered import TieredStore, flush_uploads_at_exit
+from .store.tiered import TieredStore
 
 if TYPE_CHECKING:
     from .cache import GraphCache
@@ -157,7 +156,6 @@ COUNTERS = XLA_COUNTERS
 # Process-wide state: TensorFlow reads TF_XLA_FLAGS once, so one XLA directory per process.
 _lock = threading.RLock()
 _active: XlaCache | None = None
-_atexit_registered = False
 
 
 # -- the public API ------------------------------------------------------------------------------------------
@@ -444,7 +442,7 @@ def xla_identity(version: str, device: str, flags: list[Flag]) -> dict[str, Any]
 
 
 def _identity_id(xla_ident: dict[str, Any]) -> str:
-    from .identity import identity_id
+    from .core.keyparts import identity_id
 
     return identity_id(xla_ident)
 
@@ -535,22 +533,15 @@ def _second_enable(cache: GraphCache) -> XlaCache | None:
 
 
 def _register_atexit() -> None:
-    global _atexit_registered
-    if not _atexit_registered:
-        atexit.register(_sync_at_exit)
-        _atexit_registered = True
+    # New executables become entries at exit, before the exit drain waits for the uploads they queue.
+    exits.at_exit(exits.XLA_SYNC, _sync_at_exit)
 
 
 def _sync_at_exit() -> None:
-    with contextlib.suppress(Exception):
-        xc = _active
-        if xc is not None:
-            with _lock:
-                xc.sync()
-            # Wait for the uploads the sync just queued: the remote tier's exit hook is registered at its first
-            # upload, after this one (atexit runs the last registered first, and skips hooks registered
-            # while it runs), so it is not there to wait for them.
-            flush_uploads_at_exit()
+    xc = _active
+    if xc is not None:
+        with _lock:
+            xc.sync()
 
 
 # -- the managed directory -------------------------------------------------------------------------------------

@@ -24,13 +24,12 @@ from graphcache.core.filters import (
     FilterError,
     SortOrder,
     apply_filters,
-    format_size,
     parse_filter,
-    parse_size,
     parse_sort,
     sort_rows,
 )
 from graphcache.core.index import IndexRow
+from graphcache.core.units import UnitError, format_size, parse_size
 from graphcache.store import LocalStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,7 +144,7 @@ def test_parse_size_units(text, expected):
 
 @pytest.mark.parametrize("text", ["", "MB", "10XB", "-5MB", "1e3", "10 M B"])
 def test_parse_size_rejects(text):
-    with pytest.raises(FilterError, match="not a size"):
+    with pytest.raises(UnitError, match="not a size"):
         parse_size(text)
 
 

@@ -147,7 +147,7 @@ def test_big_miss_is_written_in_the_background_and_flush_waits(cache, big_graph)
     with compiled.session() as sess:  # runs while the entry may still be being written
         out = sess.run("y:0", {"x:0": np.ones([1, 1024], np.float32)})
     assert cache.flush(timeout=120)
-    assert cache._writes.pending == 0
+    assert cache.pending_writes == 0
     header, _ = codec.decode(cache.store.path_for(compiled.key).read_bytes(), compiled.key)
     assert header.payload_size >= cache_module.BACKGROUND_WRITE_BYTES
     again = cache.compile(big_graph, ["y:0"], ["x:0"])
@@ -177,7 +177,7 @@ def test_threads_asking_during_the_background_write_wait_and_hit(cache, big_grap
 def test_strict_mode_writes_before_compile_returns(cache_dir, big_graph):
     cache = GraphCache(cache_dir, strict=True)
     compiled = cache.compile(big_graph, ["y:0"], ["x:0"])
-    assert cache._writes.pending == 0 and cache.store.path_for(compiled.key).exists()
+    assert cache.pending_writes == 0 and cache.store.path_for(compiled.key).exists()
 
 
 def test_a_process_that_exits_right_after_a_big_miss_leaves_its_entry(cache_dir):

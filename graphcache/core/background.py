@@ -6,26 +6,27 @@ graph it already has in hand. GraphCache hands such writes to a thread together 
 lock, which the thread releases once the entry is stored: other processes and threads asking for the
 key keep waiting on the lock and then load the entry, so single flight holds.
 
-Nothing is lost at exit: pending writes are joined at interpreter exit (atexit; the remote tier's exit
-hook joins them too, before it waits for uploads); ``GraphCache.flush()`` waits for its own. The write itself is the normal atomic write (temp file + fsync
+Nothing is lost at exit: pending writes are joined by the exit drain (exits.py), before it waits for
+the uploads they queue; ``GraphCache.flush()`` waits for its own. The write itself is the normal atomic write (temp file + fsync
 + rename), so a process killed mid-write leaves no visible entry, only a temp file that the next open
 removes once it is old.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
+from . import exits
+
 log = logging.getLogger("graphcache")
 
-_all: set[BackgroundWrites] = set()
+_all: weakref.WeakSet[BackgroundWrites] = weakref.WeakSet()  # a cache with pending writes is kept alive by its threads
 _all_lock = threading.Lock()
-_registered = False
 
 
 class BackgroundWrites:
@@ -76,20 +77,9 @@ class BackgroundWrites:
 
 
 def _register(writes: BackgroundWrites) -> None:
-    global _registered
     with _all_lock:
         _all.add(writes)
-        if not _registered:
-            atexit.register(_at_exit)
-            _registered = True
-
-
-def _at_exit() -> None:
-    # Joins the pending writes, then waits for the uploads they queued: those may come after the remote
-    # tier's own exit hook ran, or before it was registered (at the first upload).
-    from ..store import tiered
-
-    tiered.flush_uploads_at_exit()
+    exits.at_exit(exits.WRITES, wait_all)
 
 
 def wait_all() -> None:

@@ -7,30 +7,86 @@ from the index's manifest (the version most recently opened by a GraphCache).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
+import stat
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..errors import CorruptEntryError
-from ..store import LocalStore
-from . import codec
-from .filters import Filter, apply_filters, parse_filter, parse_size
+from ..errors import CacheDirError, CorruptEntryError
+from ..store.local import LocalStore
+from . import codec, settings
+from .checked import read_checked
+from .failures import warn_once
+from .filters import Filter
 from .index import CacheIndex, IndexRow
+from .keyparts import identity_id
+from .selection import Selection, SelectionError, resolve_prefix, select
 from .stats import Stats
+from .units import parse_size
 from .versioning import PurgeResult, purge_stale_versions
+
+CACHEDIR_TAG = "CACHEDIR.TAG"
+_CACHEDIR_TAG_TEXT = (
+    "Signature: 8a477f597d28d172789f06886806bc55\n"
+    "# This file is a cache directory tag created by graphcache.\n"
+    "# For information about cache directory tags see https://bford.info/cachedir/\n"
+)
 
 
 def row_from_header(header: codec.EntryHeader, size: int, last_used: float) -> IndexRow:
-    from ..identity import identity_id
-
     return IndexRow(
         key=header.key, name=header.name, kind=header.kind, size=size, created=header.created,
         last_used=last_used, version=header.version,
         identity=identity_id(header.identity) if header.identity else "",
         compile_seconds=header.compile_seconds)
+
+
+# -- finding and checking a cache dir ---------------------------------------------------------------------------
+def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None) -> Path:
+    """An explicit cache dir (it must exist: a typo must not silently create a new cache), else the default
+    one ($GRAPHCACHE_DIR or the user cache dir), created with mode 0700."""
+    if cache_dir is not None:
+        path = Path(cache_dir).expanduser()
+        if not path.is_dir():
+            raise CacheDirError(
+                f"cache dir {str(path)!r} does not exist or is not a directory: create it, or pass "
+                f"cache_dir=None to use ${settings.ENV_DIR} or the user cache dir", str(path))
+        return path
+    path = settings.default_cache_dir()
+    try:
+        settings.make_private_dir(path)
+    except OSError as exc:
+        raise CacheDirError(f"cannot create cache dir {str(path)!r}: {exc.strerror or exc}", str(path)) from None
+    return path
+
+
+def warn_if_shared_writable(path: Path) -> None:
+    """Anyone who can write the cache dir can plant entries other users will run: say so."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return
+    if mode & 0o022:
+        who = "other users" if mode & 0o002 else "its group"
+        warn_once("shared_writable", f"graphcache: cache dir {path} is writable by {who} (mode "
+                                     f"{stat.S_IMODE(mode):o}): anyone who can write it can plant entries this "
+                                     "process will run; use chmod 700, or set GRAPHCACHE_SIGNING_KEY")
+
+
+def is_read_only_fs(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def tag_cache_dir(path: Path) -> None:
+    """Write CACHEDIR.TAG once, so backup tools skip the folder."""
+    tag = path / CACHEDIR_TAG
+    if not tag.exists():
+        tag.write_text(_CACHEDIR_TAG_TEXT)
 
 
 class CacheDir:
@@ -92,6 +148,42 @@ class CacheDir:
     def entries(self) -> list[IndexRow]:
         return [] if self.index is None else self.index.rows(order="last_used DESC")
 
+    def resolve_key(self, prefix: str) -> str:
+        """The one entry key starting with ``prefix`` (indexed entries and entry files alike)."""
+        text = prefix.strip().lower()
+        candidates: set[str] = set()
+        if self.index is not None and text:
+            candidates.update(row.key for row in self.index.rows("key >= ? AND key < ?", (text, text + "g")))
+        if len(text) == 32:
+            if self.store.path_for(text).exists():
+                candidates.add(text)
+        else:
+            candidates.update(f.key for f in self.store.scan() if f.key.startswith(text))
+        return resolve_prefix(prefix, candidates, self.root)
+
+    def select(self, selection: Selection, *, current_version: str | None = None,
+               now: float | None = None) -> list[IndexRow]:
+        """The indexed entries ``selection`` picks (core/selection.py), most recently used first."""
+        if self.index is None:
+            return []
+        version = current_version if current_version is not None else self.current_version()
+        return select(self.index.rows(order="last_used DESC, key DESC"), selection, current_version=version,
+                      where=self.root, now=now)
+
+    def select_to_share(self, keys: Iterable[str] | None, filters: Iterable[str | Filter] | None = None, *,
+                        current_version: str | None = None) -> list[IndexRow]:
+        """The entries an export or a push takes: ``keys`` (each must exist), narrowed by ``filters``; neither
+        given: every entry of the current version. Sorted by key unless keys were given."""
+        if self.index is None:
+            raise SelectionError(f"cannot read the cache index in {self.root}")
+        keys = list(dict.fromkeys(keys)) if keys is not None else None
+        missing = [key for key in keys or () if self.index.get(key) is None]
+        if missing:
+            raise SelectionError(f"no entry {missing[0]} in {self.root}")
+        rows = self.select(Selection(keys=keys, filters=list(filters or []), when_empty="current"),
+                           current_version=current_version)
+        return sorted(rows, key=lambda row: row.key) if keys is None else rows
+
     def plan_purge(self, keys: Iterable[str] | None = None, *, all: bool = False, stale: bool = False,
                    older_than: float | str | None = None, max_size: int | str | None = None,
                    filters: Iterable[str | Filter] = (), current_version: str | None = None,
@@ -103,30 +195,14 @@ class CacheDir:
         remain (``5GB``); ``filters``: ``FIELD OP VALUE`` expressions. Selections given together must all
         match (``older_than`` and ``filters`` narrow the others).
         """
-        if self.index is None:
-            return []
-        now = time.time() if now is None else now
-        version = current_version if current_version is not None else self.current_version()
-        if keys is not None:
-            rows = [row for key in dict.fromkeys(keys) if (row := self.index.get(key)) is not None]
-        elif stale:
-            rows = self.index.rows("version != ?", (version,))
-        elif max_size is not None:
-            limit = max_size if isinstance(max_size, int) else parse_size(max_size)
-            rows, kept = [], 0
-            for row in self.index.rows(order="last_used DESC, key DESC"):
-                kept += row.size
-                if kept > limit:
-                    rows.append(row)
-        else:
-            rows = self.index.rows()
-            if not (all or older_than is not None or filters):
-                return []
-        conditions = [f if isinstance(f, Filter) else parse_filter(f) for f in filters]
+        conditions = list(filters)
         if older_than is not None:
-            conditions.append(parse_filter(f"accessed>{older_than}s" if isinstance(older_than, int | float)
-                                           else f"accessed>{older_than}"))
-        return apply_filters(rows, conditions, now=now, current_version=version) if conditions else rows
+            conditions.append(f"accessed>{older_than}s" if isinstance(older_than, int | float)
+                              else f"accessed>{older_than}")
+        limit = max_size if max_size is None or isinstance(max_size, int) else parse_size(max_size)
+        selection = Selection(keys=list(keys) if keys is not None else None, everything=all, stale=stale,
+                              max_size=limit, filters=conditions)
+        return self.select(selection, current_version=current_version, now=now)
 
     def purge(self, keys: Iterable[str] | None = None, *, all: bool = False, stale: bool = False,
               older_than: float | str | None = None, max_size: int | str | None = None,
@@ -143,9 +219,16 @@ class CacheDir:
                                filters=filters, current_version=current_version)
         if dry_run:
             return PurgeResult(len(rows), sum(row.size for row in rows), (), tuple(row.key for row in rows))
+        return self.remove(rows)
+
+    def remove(self, rows: Iterable[IndexRow], *, counters: dict[str, float] | None = None) -> PurgeResult:
+        """Delete these entries' files and rows; ``bytes_evicted`` (and ``counters``) are counted."""
+        rows = list(rows)
+        if self.index is None or not rows:
+            return PurgeResult(0, 0, ())
         freed = sum(self.store.delete(row.key) for row in rows)
         self.index.remove(row.key for row in rows)
-        self.index.add_counters({"bytes_evicted": freed})
+        self.index.add_counters({"bytes_evicted": freed, **(counters or {})})
         return PurgeResult(len(rows), freed, (), tuple(row.key for row in rows))
 
     def evict(self, *, max_size: int | None = None, max_age: float | None = None, keep: str = "",
@@ -180,28 +263,20 @@ class CacheDir:
                         continue
                     chosen[row.key] = row
                     total -= row.size
-        if not chosen:
-            return PurgeResult(0, 0, ())
-        freed = sum(self.store.delete(key) for key in chosen)
-        self.index.remove(chosen)
-        self.index.add_counters({"bytes_evicted": freed, "evictions": len(chosen)})
-        return PurgeResult(len(chosen), freed, ())
+        result = self.remove(chosen.values(), counters={"evictions": len(chosen)})
+        return PurgeResult(result.entries, result.bytes, ())
 
-    def verify(self, fix: bool = False) -> list[tuple[str, str]]:
+    def verify(self, fix: bool = False, *, signing_key: bytes | None = None) -> list[tuple[str, str]]:
         """Check every entry's format and checksum: a list of (key, problem). ``fix`` removes bad ones."""
         bad: list[tuple[str, str]] = []
         for stored in self.store.scan():
             try:
-                with open(stored.path, "rb") as fh:
-                    codec.decode(fh.read(), stored.key)
+                read_checked(self.store, stored.key, signing_key=signing_key)
             except CorruptEntryError as exc:
                 bad.append((stored.key, str(exc)))
-            except FileNotFoundError:
-                continue
         if fix:
             for key, _ in bad:
-                with contextlib.suppress(FileNotFoundError):
-                    self.store.quarantine(key)
+                self.store.delete(key)
             if self.index is not None:
                 self.index.remove(key for key, _ in bad)
                 self.reconcile()

@@ -30,53 +30,21 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from .index import IndexRow
-from .settings import parse_duration
+from .units import UnitError, parse_duration, parse_size
 
 __all__ = [
     "Filter",
     "FilterError",
     "SortOrder",
     "apply_filters",
-    "format_size",
     "parse_filter",
-    "parse_size",
     "parse_sort",
     "sort_rows",
 ]
 
 
-class FilterError(ValueError):
-    """A filter, size or sort order that does not parse; the message names the offending text."""
-
-
-# -- sizes ----------------------------------------------------------------------------------------------------
-_SIZE_UNITS = {
-    "": 1, "b": 1,
-    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*$", re.IGNORECASE)
-
-
-def parse_size(text: str) -> int:
-    """Bytes from ``"4096"``, ``"10MB"`` (10**7), ``"1.5GiB"`` (1.5 * 2**30), ``"512 kB"``..."""
-    match = _SIZE_RE.match(str(text))
-    unit = match.group(2).lower() if match else ""
-    if not match or unit not in _SIZE_UNITS:
-        raise FilterError(f"not a size: {text!r} (use bytes or a unit: 500kB, 10MB, 1.5GiB)")
-    return round(float(match.group(1)) * _SIZE_UNITS[unit])
-
-
-def format_size(size: float) -> str:
-    """A human size in binary units: ``512 B``, ``1.5 KiB``, ``23.4 MiB``."""
-    if abs(size) < 1024:
-        return f"{int(size)} B"
-    value = float(size)
-    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
-        value /= 1024
-        if abs(value) < 1024 or unit == "PiB":
-            break
-    return f"{value:.1f} {unit}"
+class FilterError(UnitError):
+    """A filter or sort order that does not parse; the message names the offending text."""
 
 
 # -- filters --------------------------------------------------------------------------------------------------
@@ -164,7 +132,7 @@ def parse_filter(expr: str) -> Filter:
         if op in _ORDERING:
             raise FilterError(f"use = or != with {field}")
         return Filter(expr, field, op, raw, "text")
-    except FilterError as exc:
+    except UnitError as exc:
         if str(exc).startswith("invalid filter"):
             raise
         raise FilterError(f"invalid filter {expr!r}: {exc}") from None

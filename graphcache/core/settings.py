@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import platformdirs
+
+from .units import parse_duration, parse_size
 
 ENV_DIR = "GRAPHCACHE_DIR"
 ENV_DISABLE = "GRAPHCACHE_DISABLE"
@@ -65,26 +68,6 @@ def disabled() -> bool:
     return bool(env_flag(ENV_DISABLE))
 
 
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$", re.IGNORECASE)
-
-
-def parse_duration(value: str | float | int | timedelta) -> float:
-    """Seconds from ``90``, ``"90s"``, ``"30m"``, ``"12h"``, ``"7d"``, ``"2w"`` or a timedelta."""
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, bool):
-        raise ValueError(f"not a duration: {value!r}")
-    if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError(f"a duration cannot be negative: {value!r}")
-        return float(value)
-    match = _DURATION_RE.match(str(value))
-    if not match:
-        raise ValueError(f"not a duration: {value!r} (use seconds or a unit: 90s, 30m, 12h, 7d, 2w)")
-    return float(match.group(1)) * _DURATION_UNITS[(match.group(2) or "s").lower()]
-
-
 def resolve_duration(explicit: str | float | int | timedelta | None, env_name: str, default: float) -> float:
     value = resolve_optional_duration(explicit, env_name)
     return default if value is None else value
@@ -92,8 +75,6 @@ def resolve_duration(explicit: str | float | int | timedelta | None, env_name: s
 
 def resolve_size(explicit: int | str | None, env_name: str, default: int) -> int:
     """Bytes from an int, or a string with a unit (``500MB``, ``10GiB``), argument > environment > default."""
-    from .filters import parse_size
-
     if explicit is not None:
         return explicit if isinstance(explicit, int) else parse_size(str(explicit))
     raw = os.environ.get(env_name)
@@ -127,3 +108,57 @@ def default_cache_dir() -> Path:
     if from_env:
         return Path(from_env).expanduser()
     return Path(platformdirs.user_cache_dir("graphcache", appauthor=False))
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    """Every setting of one cache, resolved once (argument > environment > default; see the README's table).
+
+    ``disabled`` is GRAPHCACHE_DISABLE, which always wins. ``signing_key`` (HMAC-SHA256 of every entry,
+    codec.py) comes from the environment only and is never logged.
+    """
+
+    strict: bool = False
+    read_only: bool = False
+    disabled: bool = False
+    identity_salt: str = ""
+    on_version_change: str = "purge"
+    stale_after: float = DEFAULT_STALE_AFTER
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT
+    max_size: int = DEFAULT_MAX_SIZE
+    max_age: float | None = None
+    signing_key: bytes | None = field(default=None, repr=False)
+    remote: str = ""
+    remote_read_only: bool = False
+    remote_timeout: float = DEFAULT_REMOTE_TIMEOUT
+    remote_retry_after: float = DEFAULT_REMOTE_RETRY_AFTER
+    remote_options: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def resolve(cls, *, strict: bool | None = None, read_only: bool | None = None,
+                identity_salt: str | None = None, on_version_change: str = "purge",
+                stale_after: float | timedelta | str | None = None, lock_timeout: float | str | None = None,
+                max_size: int | str | None = None, max_age: float | timedelta | str | None = None,
+                remote: str | None = None, remote_read_only: bool | None = None,
+                remote_timeout: float | str | None = None, remote_retry_after: float | str | None = None,
+                remote_options: dict[str, Any] | None = None) -> CacheSettings:
+        if on_version_change not in ("purge", "keep"):
+            raise ValueError(f"on_version_change={on_version_change!r}: use 'purge' or 'keep'")
+        return cls(
+            strict=resolve_flag(strict, ENV_STRICT),
+            read_only=resolve_flag(read_only, ENV_READ_ONLY),
+            disabled=disabled(),
+            identity_salt=resolve_str(identity_salt, ENV_IDENTITY_SALT),
+            on_version_change=on_version_change,
+            stale_after=resolve_duration(stale_after, ENV_STALE_AFTER, DEFAULT_STALE_AFTER),
+            lock_timeout=resolve_duration(lock_timeout, ENV_LOCK_TIMEOUT, DEFAULT_LOCK_TIMEOUT),
+            max_size=resolve_size(max_size, ENV_MAX_SIZE, DEFAULT_MAX_SIZE),
+            max_age=resolve_optional_duration(max_age, ENV_MAX_AGE),
+            signing_key=resolve_str(None, ENV_SIGNING_KEY).encode() or None,
+            remote=resolve_str(remote, ENV_REMOTE).strip(),
+            remote_read_only=resolve_flag(remote_read_only, ENV_REMOTE_READ_ONLY),
+            remote_timeout=resolve_duration(remote_timeout, ENV_REMOTE_TIMEOUT, DEFAULT_REMOTE_TIMEOUT),
+            remote_retry_after=resolve_duration(remote_retry_after, ENV_REMOTE_RETRY_AFTER,
+                                                DEFAULT_REMOTE_RETRY_AFTER),
+            remote_options=dict(remote_options or {}),
+        )

@@ -9,12 +9,20 @@ keep refreshing their last-open times and never purge each other; identities of 
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import shutil
 import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..store import LocalStore
 from .index import CacheIndex
+from .kinds import VERSION_DIRS
+
+if TYPE_CHECKING:
+    from ..store.local import LocalStore
 
 log = logging.getLogger("graphcache")
 
@@ -43,7 +51,7 @@ def purge_stale_versions(index: CacheIndex, store: LocalStore, current: str, sta
         removed.extend(row.key for row in rows)
         count += len(rows)
         index.forget_version(version)
-        _remove_xla_dir(store, version)
+        remove_version_dirs(store.root, version)
     if freed:
         index.add_counters({"bytes_evicted": freed})
     if stale:
@@ -52,14 +60,25 @@ def purge_stale_versions(index: CacheIndex, store: LocalStore, current: str, sta
     return PurgeResult(count, freed, tuple(stale), tuple(removed))
 
 
-def _remove_xla_dir(store: LocalStore, version: str) -> None:
-    """A stale version's XLA executables (``<cache_dir>/xla/<version>/``, see xla.py) go with its entries."""
-    root = getattr(store, "root", None)
-    if root is None:
-        return
-    from ..xla import remove_version_dir
-
-    try:
-        remove_version_dir(root, version)
-    except OSError as exc:
-        log.warning("graphcache: could not remove the XLA executables of %s: %s", version, exc)
+def remove_version_dirs(root: str | os.PathLike[str], version: str) -> int:
+    """Remove ``<root>/<dir>/<version>/`` for every kind that keeps a per-version directory
+    (kinds.VERSION_DIRS: XLA executables, ...); returns the bytes freed. Failures are logged, not raised:
+    a directory left behind is removed by the next purge."""
+    if not version or version in (".", "..") or "/" in version or "\\" in version:
+        return 0
+    freed = 0
+    for folder in sorted(set(VERSION_DIRS.values())):
+        path = Path(root) / folder / version
+        if not path.is_dir():
+            continue
+        for dirpath, _dirs, files in os.walk(path):
+            for name in files:
+                with contextlib.suppress(OSError):
+                    freed += os.stat(os.path.join(dirpath, name)).st_size
+        try:
+            shutil.rmtree(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("graphcache: could not remove %s of stale version %s: %s", path, version, exc)
+    return freed

@@ -6,6 +6,8 @@ import abc
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from ..core import codec
+
 
 @dataclass(frozen=True)
 class StoredFile:
@@ -22,6 +24,12 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def read(self, key: str) -> bytes | None: ...
+
+    def read_parts(self, key: str) -> tuple[bytes | memoryview, bytes | memoryview] | None:
+        """The entry as (prefix + header, stored payload), or None when missing (core/checked.py reads
+        entries this way). Stores that can read the two pieces separately override this to skip a copy."""
+        data = self.read(key)
+        return None if data is None else codec.split(data)
 
     @abc.abstractmethod
     def write(self, key: str, data: bytes) -> None: ...

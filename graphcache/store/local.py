@@ -107,11 +107,6 @@ class LocalStore(Store):
             return 0
         return size
 
-    def quarantine(self, key: str) -> None:
-        """Remove a bad entry file (a later compile writes a good one)."""
-        with contextlib.suppress(FileNotFoundError):
-            self.path_for(key).unlink()
-
     def stat(self, key: str) -> StoredFile | None:
         path = self.path_for(key)
         try:

@@ -28,7 +28,6 @@ managed explicitly (``graphcache ls --remote``, ``graphcache purge --remote``).
 
 from __future__ import annotations
 
-import atexit
 import logging
 import threading
 import time
@@ -41,7 +40,8 @@ from typing import Any
 
 import filelock
 
-from ..core import background, codec
+from ..core import codec, exits
+from ..core.checked import check
 from ..errors import CorruptEntryError
 from .base import Store, StoredFile
 from .local import LocalStore, is_key
@@ -76,23 +76,21 @@ class TieredStore(Store):
     """``local`` first, ``remote`` behind it. The callbacks come from GraphCache:
 
     ``store_fetched(header, payload)`` keeps a verified remote entry locally (GraphCache.write_entry),
-    ``count(**deltas)`` adds to the persistent counters, ``warn(kind, message)`` warns once per process,
-    ``verify(data, key)`` checks remote bytes as the local read path does (codec.decode, with the signing
-    key when one is set) and raises CorruptEntryError (or its subclass UntrustedEntryError) when they fail.
+    ``count(**deltas)`` adds to the persistent counters, ``warn(kind, message)`` warns once per process.
+    Remote bytes are checked exactly as local ones (core/checked.py), with ``signing_key`` when one is set.
     """
 
     def __init__(self, local: LocalStore, remote: RemoteStore, *,
                  store_fetched: Callable[[codec.EntryHeader, bytes], object],
                  count: Callable[..., None], warn: Callable[[str, str], None],
-                 verify: Callable[[bytes, str], tuple[codec.EntryHeader, bytes]] = codec.decode,
-                 retry_after: float = 60.0) -> None:
+                 signing_key: bytes | None = None, retry_after: float = 60.0) -> None:
         self.local = local
         self.remote = remote
         self.read_only = local.read_only
         self._store_fetched = store_fetched
         self._count = count
         self._warn = warn
-        self._verify = verify
+        self._signing_key = signing_key
         self.breaker = CircuitBreaker(retry_after)
         self._breaker_lock = threading.Lock()
         self._fetching = threading.local()
@@ -113,6 +111,14 @@ class TieredStore(Store):
         if data is not None or not self.breaker.closed or not is_key(key):
             return data
         return self._fetch(key)
+
+    def read_parts(self, key: str) -> tuple[bytes | memoryview, bytes | memoryview] | None:
+        """The local file in two pieces (no copy of the payload); else the remote's copy, split in place."""
+        parts = self.local.read_parts(key)
+        if parts is not None or not self.breaker.closed or not is_key(key):
+            return parts
+        data = self._fetch(key)
+        return None if data is None else codec.split(data)
 
     def write(self, key: str, data: bytes) -> None:
         self.local.write(key, data)
@@ -137,9 +143,6 @@ class TieredStore(Store):
 
     def lock_for(self, key: str, timeout: float) -> filelock.FileLock:
         return self.local.lock_for(key, timeout)
-
-    def quarantine(self, key: str) -> None:
-        self.local.quarantine(key)
 
     def stat(self, key: str) -> StoredFile | None:
         return self.local.stat(key)
@@ -191,16 +194,17 @@ class TieredStore(Store):
             self._remember_miss(key)
         return data
 
-    def _verified(self, key: str, data: bytes) -> tuple[codec.EntryHeader, bytes] | None:
+    def _verified(self, key: str, data: bytes) -> tuple[codec.EntryHeader, bytes | memoryview] | None:
         """The checked header and payload of remote bytes; None (counted, warned, remembered) when they fail."""
         try:
-            return self._verify(data, key)
+            entry = check(data, key, signing_key=self._signing_key)
         except CorruptEntryError as exc:
             self._remember_miss(key)
             self._count(remote_errors=1)
             self._warn("remote_corrupt", f"graphcache: remote entry {key} in {self.remote.url} is corrupt ({exc}); "
                                          "ignored it and compiling locally")
             return None
+        return entry.header, entry.payload
 
     def _keep(self, header: codec.EntryHeader, payload: bytes) -> bool:
         """Store a verified remote entry locally (not uploaded back); False when it could not be stored."""
@@ -341,26 +345,19 @@ def xla_identity_of(data: bytes) -> str | None:
 # -- waiting for uploads at exit ------------------------------------------------------------------------------
 _live: weakref.WeakSet[TieredStore] = weakref.WeakSet()
 _live_lock = threading.Lock()
-_atexit_registered = False
 
 
 def _register(store: TieredStore) -> None:
-    """Track a store with uploads. The exit hook is registered on the first upload, after the backend
-    (e.g. s3fs, whose sessions close at exit) was set up by the first lookup, so it runs before that closes."""
-    global _atexit_registered
+    """Track a store with uploads; its uploads are waited for by the exit drain's last stage (exits.py),
+    after the XLA sync and the background writes that may queue more."""
     with _live_lock:
         _live.add(store)
-        if not _atexit_registered:
-            atexit.register(flush_uploads_at_exit)
-            _atexit_registered = True
+    exits.at_exit(exits.UPLOADS, flush_uploads)
 
 
-def flush_uploads_at_exit(wait: float | None = None) -> None:
-    """Wait (at most ``wait``, default EXIT_WAIT, in all) for every store's pending uploads, after the entries
-    still being written in the background. The exit hook registered at the first upload; also called by
-    exit hooks that may store entries after it ran or before it was registered (background.py, xla.py)."""
+def flush_uploads(wait: float | None = None) -> None:
+    """Wait (at most ``wait``, default EXIT_WAIT, in all) for every store's pending uploads."""
     deadline = time.monotonic() + (EXIT_WAIT if wait is None else wait)
-    background.wait_all()  # entries still being written (background.py) queue their uploads first
     with _live_lock:
         stores = list(_live)
     for store in stores:

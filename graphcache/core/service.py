@@ -1,0 +1,286 @@
+"""EntryService: one cache dir's entries, served fail-open. The TensorFlow-free half of GraphCache.
+
+GraphCache (cache.py) adds compiling on top; everything that needs entries (graph hits and misses,
+SavedModel aliases, XLA executables, tf.function graphs, bundles, the remote tier) goes through the
+public methods here, so the checks, the index rows, the counters and the failure policy live in one place:
+
+- ``read_entry(key)`` / ``write_entry(header, payload)``: the one path to the store for every entry kind;
+- ``count(**deltas)``, ``count_uncacheable(reason)``, ``failure(...)``, ``discard_corrupt(...)``,
+  ``discard_untrusted(...)``, ``touch(key)``: counters and the fail-open policy (core/failures.py);
+- ``start_write(...)`` / ``wait_for_writes()`` / ``flush()``: entries written in the background and
+  uploads to the remote tier;
+- ``management()`` and the calls built on it (``stats``, ``entries``, ``purge``, ``clear``, ``verify``).
+
+Opening: a read-only cache (asked for, or a dir this process cannot write) serves hits without opening
+the index at all (no last-use updates, no counters: a read-only mount is never written, not even SQLite's
+``-shm`` file); management calls open it lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import CacheIOError, CorruptEntryError, UntrustedEntryError
+from ..store import LocalStore, RemoteStore, Store, TieredStore
+from . import codec
+from .background import BackgroundWrites
+from .cachedir import (
+    CacheDir,
+    is_read_only_fs,
+    resolve_cache_dir,
+    row_from_header,
+    tag_cache_dir,
+    warn_if_shared_writable,
+)
+from .checked import CheckedEntry, read_checked
+from .failures import STORAGE_ERRORS, warn_once
+from .index import CacheIndex, IndexRow
+from .settings import CacheSettings
+from .stats import UNCACHEABLE_PREFIX, Stats
+from .versioning import PurgeResult, purge_stale_versions
+
+
+class EntryService:
+    """The entries of one cache dir, for one compiler ``version`` (an id such as ``tf2.21.0-1a2b3c4d``;
+    ``version_info`` describes it in the index's manifest). Safe to share between threads and processes."""
+
+    def __init__(self, cache_dir: str | os.PathLike[str] | None, settings: CacheSettings, *, version: str,
+                 version_info: dict[str, Any]) -> None:
+        self.settings = settings
+        self.strict = settings.strict
+        self.read_only = settings.read_only
+        self.disabled = settings.disabled
+        self.identity_salt = settings.identity_salt
+        self.on_version_change = settings.on_version_change
+        self.stale_after = settings.stale_after
+        self.lock_timeout = settings.lock_timeout
+        self.max_size = settings.max_size
+        self.max_age = settings.max_age
+        self.signing_key = settings.signing_key  # HMAC-SHA256 of every entry when set (codec.py); never logged
+        self.version = version
+        self.version_info = version_info
+        self.cache_dir = resolve_cache_dir(cache_dir)
+        self.dir: CacheDir | None = None
+        self.index: CacheIndex | None = None
+        self.remote: RemoteStore | None = None
+        self.store: Store = self._build_store()
+        self.last_purge = PurgeResult(0, 0, ())
+        self._writes = BackgroundWrites()
+        warn_if_shared_writable(self.cache_dir)
+        if not self.disabled and not self.read_only and not os.access(self.cache_dir, os.W_OK):
+            # A read-only mount (or someone else's dir): serve hits, store nothing, say so once.
+            reason = "read-only file system" if is_read_only_fs(self.cache_dir) else "permission denied"
+            warn_once("read_only", f"graphcache: cache dir {self.cache_dir} is not writable ({reason}): serving "
+                                   "hits only, nothing is stored; pass read_only=True (GRAPHCACHE_READ_ONLY=1) "
+                                   "to say so and silence this")
+            self.read_only = True
+            self.store.read_only = True
+        if not self.disabled and not self.read_only:
+            self._open()
+
+    def _build_store(self) -> Store:
+        """The local store, behind a remote tier when one is configured (store/tiered.py: read-through,
+        background write-through, fail open)."""
+        local = LocalStore(self.cache_dir, read_only=self.read_only)
+        settings = self.settings
+        if not settings.remote or self.disabled:
+            return local
+        self.remote = RemoteStore(settings.remote, version=self.version, options=settings.remote_options,
+                                  timeout=settings.remote_timeout, read_only=settings.remote_read_only)
+        return TieredStore(local, self.remote, store_fetched=self.write_entry, count=self.count, warn=warn_once,
+                           signing_key=self.signing_key, retry_after=settings.remote_retry_after)
+
+    def _open(self) -> None:
+        """Open the index and do the housekeeping a writable cache does once per process: tag the dir,
+        rebuild a missing index from the entry files, record this version, purge stale versions, remove
+        temp files of dead writers, evict by age."""
+        try:
+            self.dir = CacheDir(self.cache_dir, read_only=self.read_only)
+            self.index = self.dir.index
+            if self.index is None:
+                return
+            tag_cache_dir(self.cache_dir)
+            if self.index.created_now:
+                self.dir.reconcile()
+            self.index.record_version(self.version, self.version_info)
+            if self.on_version_change == "purge":
+                self.last_purge = purge_stale_versions(self.index, self.dir.store, self.version, self.stale_after)
+            self.dir.store.remove_stray_temp_files()
+            if self.max_age is not None:
+                self.dir.evict(max_age=self.max_age)
+        except STORAGE_ERRORS as exc:
+            self.failure("io_error", "opening the cache", exc)
+
+    # -- counters and the fail-open policy -----------------------------------------------------------------
+    def count(self, **deltas: float) -> None:
+        """Add to the persistent counters (stats.py); a failing index warns once and is otherwise ignored."""
+        if self.index is None or self.read_only:
+            return
+        try:
+            self.index.add_counters(deltas)
+        except STORAGE_ERRORS as exc:
+            warn_once("stats", f"graphcache: could not update stats in {self.cache_dir}: {exc}")
+
+    def count_uncacheable(self, reason: str, errors: int = 0) -> None:
+        """Count a lookup the cache could not serve, by reason (stats.REASONS)."""
+        self.count(**{UNCACHEABLE_PREFIX + reason: 1, "errors": errors})
+
+    def failure(self, reason: str, what: str, exc: BaseException, *,
+                consequence: str = "compiling without the cache", uncacheable: bool = True) -> None:
+        """A cache failure: raise in strict mode, else warn once (``reason`` is the warning's kind), count
+        it (``errors``, and ``uncacheable.<reason>`` when ``uncacheable``) and carry on; ``consequence``
+        says in the warning what happens instead."""
+        if self.strict:
+            raise CacheIOError(f"graphcache: {what} failed: {type(exc).__name__}: {exc}") from exc
+        warn_once(reason, f"graphcache: {what} failed in {self.cache_dir} ({type(exc).__name__}: {exc}); "
+                          f"{consequence}")
+        if uncacheable:
+            self.count_uncacheable(reason, errors=1)
+        else:
+            self.count(errors=1)
+
+    def discard_corrupt(self, key: str, exc: BaseException) -> None:
+        """An entry failed a check: raise (strict) or warn once, count, and remove it so it is rebuilt."""
+        self._discard(key, "corrupt_entry", f"is corrupt ({exc});", f"is corrupt: {exc}", cause=exc)
+
+    def discard_untrusted(self, key: str, why: str) -> None:
+        """An entry that decodes but must not be used (poisoned, unsigned): warn once, count, remove, rebuild."""
+        self._discard(key, "untrusted_entry", f"rejected: {why};", f"rejected: {why}")
+
+    def _discard(self, key: str, reason: str, warning: str, strict_message: str,
+                 cause: BaseException | None = None) -> None:
+        if self.strict:
+            raise CacheIOError(f"graphcache: entry {key} {strict_message}") from cause
+        warn_once(reason, f"graphcache: entry {key} in {self.cache_dir} {warning} removed it and compiling again")
+        self.count_uncacheable(reason, errors=1)
+        if not self.read_only:
+            with contextlib.suppress(*STORAGE_ERRORS):
+                self.store.delete(key)
+                if self.index is not None:
+                    self.index.remove([key])
+
+    def touch(self, key: str, header: codec.EntryHeader | None = None, size: int = 0) -> None:
+        """Record a use of ``key`` (its LRU position); a row the index lacks is re-added from ``header``.
+        Best effort: an index failure warns once and is otherwise ignored."""
+        if self.index is None or self.read_only:
+            return
+        try:
+            if not self.index.touch(key) and header is not None:
+                self.index.upsert(row_from_header(header, size, time.time()))
+        except STORAGE_ERRORS as exc:
+            warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
+
+    # -- entries -------------------------------------------------------------------------------------------
+    def read_entry(self, key: str) -> tuple[codec.EntryHeader, bytes | memoryview] | None:
+        """A verified entry's header and payload, or None (missing, unreadable or corrupt: fail open).
+
+        Records the use (LRU) but no hit: the caller counts a hit once the payload proved usable.
+        """
+        entry = self.read_checked(key)
+        return None if entry is None else (entry.header, entry.payload)
+
+    def read_checked(self, key: str) -> CheckedEntry | None:
+        """``read_entry`` with the entry file's bytes as stored (for callers that pass the file on)."""
+        try:
+            entry = read_checked(self.store, key, signing_key=self.signing_key)
+        except STORAGE_ERRORS as exc:
+            self.failure("io_error", f"reading entry {key}", exc)
+            return None
+        except UntrustedEntryError as exc:
+            self.discard_untrusted(key, str(exc))
+            return None
+        except CorruptEntryError as exc:
+            self.discard_corrupt(key, exc)
+            return None
+        if entry is not None:
+            self.touch(key, entry.header, entry.size)
+        return entry
+
+    def write_entry(self, header: codec.EntryHeader, payload: bytes | memoryview) -> bool:
+        """Store an entry atomically, index it and enforce the size cap; False when it could not be stored."""
+        if self.read_only or self.disabled:
+            return False
+        try:
+            parts = codec.encode_parts(header, payload, signing_key=self.signing_key)
+            self.store.write_parts(header.key, parts)
+        except STORAGE_ERRORS as exc:
+            self.failure("io_error", f"writing entry {header.key}", exc)
+            return False
+        size = sum(len(part) for part in parts)
+        self.count(bytes_written=size)
+        if self.index is not None and self.dir is not None:
+            try:
+                self.index.upsert(row_from_header(header, size, header.created))
+                self.dir.evict(max_size=self.max_size, max_age=self.max_age, keep=header.key)
+            except STORAGE_ERRORS as exc:
+                warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
+        return True
+
+    def start_write(self, func: Callable[..., Any], *args: Any, lock: Any) -> None:
+        """Run ``func(*args)`` (an entry write) in the background, then release ``lock`` (background.py)."""
+        self._writes.start(func, *args, lock=lock)
+
+    @property
+    def pending_writes(self) -> int:
+        """Entries this cache is still writing in the background."""
+        return self._writes.pending
+
+    def wait_for_writes(self, timeout: float | None = None) -> bool:
+        """Wait for entries this cache is writing in the background (big misses, see background.py);
+        True when none is left."""
+        return self._writes.wait(timeout)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait (at most ``timeout`` seconds in all) for background writes, then for uploads to the remote;
+        True when nothing is left pending.
+
+        Uploads are also waited for at interpreter exit (up to a minute); call this where a process must not
+        end before its entries are shared, e.g. at the end of a CI job that warms the remote.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        written = self.wait_for_writes(timeout)
+        if not isinstance(self.store, TieredStore):
+            return written
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        return self.store.flush(left) and written
+
+    # -- management (the TF-free CacheDir) -------------------------------------------------------------------
+    def management(self) -> CacheDir:
+        """The cache dir's management view, with what this cache just wrote listed, counted and purgeable."""
+        self.wait_for_writes()
+        if self.dir is None:
+            self.dir = CacheDir(self.cache_dir, read_only=self.read_only)
+            self.index = self.dir.index
+        return self.dir
+
+    def stats(self) -> Stats:
+        return self.management().stats(current_version=self.version, max_size=self.max_size)
+
+    def entries(self) -> list[IndexRow]:
+        return self.management().entries()
+
+    def purge(self, keys: list[str] | None = None, *, all: bool = False, stale: bool = False,
+              older_than: float | str | None = None, max_size: int | str | None = None,
+              filters: list[str] | tuple[str, ...] = (), dry_run: bool = False) -> PurgeResult:
+        """Remove entries, with the CLI's selections (see CacheDir.plan_purge); returns what was freed."""
+        return self.management().purge(keys, all=all, stale=stale, older_than=older_than, max_size=max_size,
+                                       filters=filters, current_version=self.version, dry_run=dry_run)
+
+    def clear(self) -> PurgeResult:
+        return self.management().purge(all=True)
+
+    def verify(self, fix: bool = False) -> list[tuple[str, str]]:
+        """Check every entry's format and checksum: a list of (key, problem). ``fix`` removes bad ones."""
+        return self.management().verify(fix=fix)
+
+    def close(self) -> None:
+        """Release the index connection (a closed cache reopens it lazily for management calls)."""
+        self.wait_for_writes()
+        if self.index is not None:
+            self.index.close()
+        self.index = None
+        self.dir = None
