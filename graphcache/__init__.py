@@ -38,7 +38,7 @@ _LAZY = {
     "ExperimentalConfig": "graphcache.config",
     "Session": "graphcache.session",
     "SessionCreator": "graphcache.session",
-    "TellMeStepOrLossHook": "graphcache.accelerate",
+    "TellMeStepOrLossHook": "graphcache.accelerate.hook",
     "Stats": "graphcache.core.stats",
     "CacheDir": "graphcache.core.cachedir",
     "load_saved_model": "graphcache.saved_model",
@@ -49,7 +49,7 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
-    from .accelerate import TellMeStepOrLossHook
+    from .accelerate.hook import TellMeStepOrLossHook
     from .bundles import export_bundle, import_bundle
     from .cache import GraphCache
     from .compiled import CompiledGraph

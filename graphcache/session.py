@@ -18,7 +18,7 @@ construction, before_run/after_run around every ``run``, end at a clean close); 
 inside its callbacks (``run_context.session.run``) bypass the hooks. ``SessionCreator`` builds this
 Session for ``tf.compat.v1.train.MonitoredSession``. ``ExperimentalConfig(accelerate_train_mode=...)``
 runs training signatures at reduced precision until a ``TellMeStepOrLossHook`` says to switch; each
-(signature, precision) pair is its own compile and its own import (graphcache/accelerate.py).
+(signature, precision) pair is its own compile and its own import (graphcache/accelerate/).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import graphcache
 from graphcache import accelerate, models
-from graphcache.config import AccelerateMode, parse_accelerate_mode
+from graphcache.accelerate.mode import AccelerateMode, parse_accelerate_mode
 
 from .helpers import run_python
 
@@ -139,10 +139,10 @@ def test_hook_with_a_name_that_is_no_tensor_names_it(cache_dir, name):
 
 def test_resource_global_step_is_read_through_its_read_op():
     resource, ref = models.tf1_training_graph(True), models.tf1_training_graph(False)
-    assert accelerate._readable(resource.graph, "global_step:0", "step").name == "global_step/Read/ReadVariableOp:0"
+    assert accelerate.readable_tensor(resource.graph, "global_step:0", "step").name == "global_step/Read/ReadVariableOp:0"
     assert ref.weight.op.type == "VariableV2"  # a ref variable's own output is fetchable as it is
-    assert accelerate._readable(ref.graph, "w1:0", "step").name == "w1:0"
-    assert accelerate._readable(resource.graph, resource.loss, "loss").name == "loss:0"
+    assert accelerate.readable_tensor(ref.graph, "w1:0", "step").name == "w1:0"
+    assert accelerate.readable_tensor(resource.graph, resource.loss, "loss").name == "loss:0"
 
 
 # -- wiring errors at the first run ------------------------------------------------------------------------
@@ -425,6 +425,99 @@ def test_loss_scale_grows_after_finite_steps():
         scale.update(False)
     assert scale.value == 1.0 and scale.skipped == 40
 
+
+
+# -- the loss-scaling rewrite, phase by phase ----------------------------------------------------------------
+
+def _fan_in_of(inputs, name):
+    seen, stack = set(), [name]
+    while stack:
+        node = stack.pop()
+        if node not in seen:
+            seen.add(node)
+            stack.extend(ref.lstrip("^").partition(":")[0] for ref in inputs[node])
+    return seen
+
+
+@pytest.mark.parametrize("resource, optimizer, update_op", [
+    (True, "adam", "ResourceApplyAdam"), (False, "adam", "ApplyAdam"),
+    (True, "sgd", "ResourceApplyGradientDescent"), (False, "sgd", "ApplyGradientDescent"),
+])
+def test_loss_scaling_rewires_the_seed_and_every_gradient_the_optimizer_reads(resource, optimizer, update_op):
+    # Pins each phase of add_loss_scaling on the tiny TF1 training graph: the same nodes and inputs as
+    # before accelerate/ was a package (checked there node for node, attributes included).
+    t = models.tf1_training_graph(resource, optimizer)
+    before = t.graph.as_graph_def()
+    snapshot = before.SerializeToString(deterministic=True)
+    after, why = accelerate.add_loss_scaling(before, t.graph, [t.train.name])
+    assert why is None
+    assert before.SerializeToString(deterministic=True) == snapshot  # the input graph is left as it was
+    old = {node.name: list(node.input) for node in before.node}
+    new = {node.name: list(node.input) for node in after.node}
+    ops = {node.name: node.op for node in after.node}
+    scope = accelerate.LOSS_SCALE_SCOPE + "/"
+    # nothing dropped, every original node keeps its op, everything added lies in the loss-scale scope
+    assert set(old) <= set(new) and all(ops[node.name] == node.op for node in before.node)
+    added = set(new) - set(old)
+    assert added and all(name.startswith(scope) for name in added)
+    assert ops[scope + "scale"] == "Placeholder" and after.node[len(old)].name == scope + "scale"
+    assert (ops[scope + "inverse"], new[scope + "inverse"]) == ("Reciprocal", [scope + "scale"])
+    changed = {(name, i): (ref, new[name][i]) for name, refs in old.items() for i, ref in enumerate(refs)
+               if new[name][i] != ref}
+    # the seed: its consumers (inside the gradients scope) read seed x scale
+    seed = {edge: refs for edge, refs in changed.items() if refs[0] == "gradients/grad_ys_0"}
+    assert [name for name, _ in seed] == ["gradients/loss_grad/Reshape"]
+    assert {ref for _, ref in seed.values()} == {scope + "scaled_seed_0:0"}
+    assert (ops[scope + "scaled_seed_0"], new[scope + "scaled_seed_0"]) == \
+        ("Mul", ["gradients/grad_ys_0:0", scope + "scale"])  # float32: the cast of the scale is a no-op
+    # the gradients leaving the scope: exactly the three updates' gradient inputs, each unscaled and guarded
+    leaving = {edge: refs for edge, refs in changed.items() if edge not in seed}
+    updates = sorted(name for name, op in ops.items() if op == update_op)
+    assert len(updates) == 3 and sorted(name for name, _ in leaving) == updates
+    unscales = set()
+    for (name, index), (raw, ref) in leaving.items():
+        data_inputs = [ref for ref in old[name] if not ref.startswith("^")]
+        assert raw.startswith("gradients/") and index == len(data_inputs) - 1  # the update's gradient input
+        guard = ref.partition(":")[0]
+        assert ref == guard + ":0" and ops[guard] == "SelectV2" and guard.startswith(scope + "guard_")
+        flag, unscale, zeros = new[guard]
+        assert flag == scope + "all_finite" and (ops[zeros], new[zeros]) == ("ZerosLike", [unscale])
+        assert (ops[unscale], new[unscale]) == ("Mul", [raw + ":0", scope + "inverse"])
+        unscales.add(unscale)
+    assert unscales == {scope + f"unscale_{j}" for j in range(3)}
+    # one all-finite flag over every unscaled gradient
+    assert ops[scope + "all_finite"] == "All"
+    assert unscales <= _fan_in_of(new, scope + "all_finite")
+
+
+def test_loss_scaling_declines_with_a_reason_and_leaves_the_graph_alone():
+    t = models.tf1_training_graph()
+    graph_def = t.graph.as_graph_def()
+    # the fan-in of the roots: the loss alone holds no tf.gradients seed
+    same, why = accelerate.add_loss_scaling(graph_def, t.graph, [t.loss.op.name])
+    assert same is graph_def and why.startswith("no tf.gradients seed")
+    graph = tf.Graph()
+    with graph.as_default():
+        x = v1.placeholder(tf.float32, [4, 3], name="x")
+        w = v1.get_variable("w", initializer=np.ones((3, 2), np.float32))
+        loss = tf.reduce_sum(tf.matmul(x, w)) * tf.constant(8.0, name="my_Loss_Scale")
+        v1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train")
+    graph_def = graph.as_graph_def()
+    same, why = accelerate.add_loss_scaling(graph_def, graph, ["train"])
+    assert same is graph_def and why == "the graph already scales its loss"
+
+
+def test_config_and_mode_parser_import_without_tensorflow():
+    result = run_python("""
+        import json, sys
+        import graphcache.config, graphcache.accelerate.mode
+        config = graphcache.config.ExperimentalConfig(accelerate_train_mode="fast1|loss|1.2")
+        import graphcache.accelerate as accelerate
+        lazy = accelerate.parse_accelerate_mode("fast|step") == graphcache.accelerate.mode.parse_accelerate_mode(
+            "fast|step")
+        print(json.dumps({"tf": "tensorflow" in sys.modules, "ratio": config.accelerate.ratio, "lazy": lazy}))
+    """)
+    assert result == {"tf": False, "ratio": 1.2, "lazy": True}
 
 CACHED_CHILD = '''
 import json, sys, tensorflow as tf
