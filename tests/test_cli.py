@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -15,8 +16,11 @@ from pathlib import Path
 import pytest
 import xxhash
 from click.testing import CliRunner
+from rich.console import Console
+from rich.progress import Progress
 
 from graphcache import __version__, cli
+from graphcache.cli import manage, output
 from graphcache.core.cachedir import CacheDir
 from graphcache.core.codec import EntryHeader, encode
 from graphcache.core.filters import (
@@ -29,6 +33,7 @@ from graphcache.core.filters import (
     sort_rows,
 )
 from graphcache.core.index import IndexRow
+from graphcache.core.selection import SelectionError, no_current_version, resolve_prefix
 from graphcache.core.units import UnitError, format_size, parse_size
 from graphcache.store import LocalStore
 
@@ -426,7 +431,7 @@ def test_purge_without_terminal_needs_yes(cache):
 
 
 def test_purge_asks_on_a_terminal(cache, monkeypatch):
-    monkeypatch.setattr(cli, "stdin_is_terminal", lambda: True)
+    monkeypatch.setattr(output, "stdin_is_terminal", lambda: True)
     declined = invoke(["purge", "--stale"], cache, input="n\n")
     assert declined.exit_code == 1 and "[y/N]" in declined.stderr
     assert cache.present() == set(SPECS)
@@ -439,6 +444,40 @@ def test_purge_nothing_matching_is_success(cache):
     result = invoke(["purge", "--filter", "size>1TB"], cache)
     assert result.exit_code == 0 and "Nothing to purge" in result.stderr
     assert cache.present() == set(SPECS)
+
+
+def test_one_prefix_resolver_serves_local_and_remote_keys():
+    keys = [key_of(i) for i in range(40)]
+    first = keys[0]
+    twins = sorted(k for k in keys if k[0] == first[0])
+    assert len(twins) > 1  # 40 keys over 16 leading digits: some share one
+    assert resolve_prefix(first.upper() + " ", keys, "here") == first
+    with pytest.raises(SelectionError, match="ambiguous: it matches .* remote entries") as info:
+        resolve_prefix(first[0], keys, "s3://b/p", what="remote entry")
+    assert twins[0] in str(info.value)
+    with pytest.raises(SelectionError, match=r"no remote entry matches key 'ff+' in s3://b/p"):
+        resolve_prefix("f" * 32, keys, "s3://b/p", what="remote entry")
+    for bad in ("", "xyz", "0" * 33):
+        with pytest.raises(SelectionError, match="is not a cache key"):
+            resolve_prefix(bad, keys, "here")
+    assert str(no_current_version("/c", "'identity=current' has nothing to compare with")) == (
+        "no current version is recorded in /c: 'identity=current' has nothing to compare with "
+        "(open the cache with GraphCache once, or name the keys)")
+
+
+def test_progress_bar_steps_name_the_running_item():
+    bar = Progress(console=Console(file=io.StringIO()), auto_refresh=False)
+    steps = output.ProgressBar(bar, bar.add_task("Warming", total=3))
+    steps.step("a.pb")
+    steps.step("b.pb")
+    task = bar.tasks[0]
+    assert steps.shown and task.completed == 1 and task.description == "b.pb"
+    steps.advance(2)
+    assert task.completed == 3
+    hidden = output.ProgressBar()
+    hidden.step("a.pb")
+    hidden.advance(5)
+    assert not hidden.shown
 
 
 # -- verify -----------------------------------------------------------------------------------------------------
@@ -469,7 +508,7 @@ def test_verify_detects_and_fixes_a_bit_flip(cache):
 
 def test_scan_progress_proxy_counts_the_first_scan_only(cache):
     steps: list[int] = []
-    store = cli._ScanProgress(LocalStore(cache.root), steps.append)
+    store = manage.ScanProgress(LocalStore(cache.root), steps.append)
     assert len(list(store.scan())) == 5 and steps == [1] * 5
     assert len(list(store.scan())) == 5 and steps == [1] * 5
     assert store.path_for(cache.keys["big"]) == cache.path("big")

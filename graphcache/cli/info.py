@@ -1,0 +1,135 @@
+"""The cache-wide commands: ``dir``, ``stats`` and ``zero-stats`` (the entry commands are in manage.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich.table import Table
+
+from ..core.stats import Stats
+from .errors import CliError
+from .options import (
+    cache_dir_option,
+    cache_root,
+    configured_max_size,
+    current_version,
+    has_index,
+    json_option,
+    open_cache,
+    output_mode,
+)
+from .output import duration, emit, format_size, grid, iso, message, plural_entries
+from .remote import remote_url
+
+if TYPE_CHECKING:
+    from ..core.cachedir import CacheDir
+
+
+@click.command("dir")
+@cache_dir_option
+def dir_command() -> None:
+    """Print the cache dir's path."""
+    root = cache_root()
+    click.echo(str(root.absolute()))
+    if not root.exists():
+        message(f"note: {root} does not exist yet", style="dim")
+
+
+def stats_json(stats: Stats, root: Path, versions: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "cache_dir": str(root.absolute()), "entries": stats.entries, "bytes": stats.bytes,
+        "max_size": configured_max_size(),
+        "hit_rate": stats.hit_rate, "hits": stats.hits, "misses": stats.misses, "compiles": stats.compiles,
+        "compile_seconds": stats.compile_seconds, "saved_seconds": stats.saved_seconds,
+        "bytes_written": stats.bytes_written, "bytes_evicted": stats.bytes_evicted, "evictions": stats.evictions,
+        "errors": stats.errors,
+        "uncacheable": dict(stats.uncacheable), "identity": stats.identity or None, "versions": versions,
+        "remote": remote_url() or None, "remote_hits": stats.remote_hits, "remote_errors": stats.remote_errors,
+        "uploads": stats.uploads, "upload_bytes": stats.upload_bytes, **stats.xla,
+    }
+
+
+def version_summaries(cache: CacheDir | None, current: str) -> list[dict[str, Any]]:
+    """Every version in the manifest: entries, bytes, last open; the current one first."""
+    if cache is None or cache.index is None:
+        return []
+    counts: dict[str, list[int]] = {}
+    for row in cache.index.rows():
+        count = counts.setdefault(row.version, [0, 0])
+        count[0] += 1
+        count[1] += row.size
+    manifest = cache.index.versions()
+    summaries = [{"version": version, "current": version == current, "entries": counts.get(version, [0, 0])[0],
+                  "bytes": counts.get(version, [0, 0])[1], "last_open": iso(last_open)}
+                 for version, (_, last_open) in manifest.items()]
+    return sorted(summaries, key=lambda s: (not s["current"], s["version"]))
+
+
+def stats_view(stats: Stats, root: Path, exists: bool, versions: list[dict[str, Any]]) -> Table:
+    view = grid()
+    view.add_row("Cache dir", str(root.absolute()) + ("" if exists else "  (does not exist)"))
+    view.add_row("Entries", str(stats.entries))
+    view.add_row("Size on disk", format_size(stats.bytes))
+    cap = configured_max_size()
+    view.add_row("Max size", f"{format_size(cap)}  (GRAPHCACHE_MAX_SIZE; LRU beyond it)")
+    rate = stats.hit_rate
+    view.add_row("Hit rate", "-" if rate is None else f"{rate:.1%}")
+    view.add_row("Hits", str(stats.hits))
+    view.add_row("Misses", str(stats.misses))
+    view.add_row("Compiles", str(stats.compiles))
+    view.add_row("Compile time", duration(stats.compile_seconds))
+    view.add_row("Time saved", duration(stats.saved_seconds))
+    view.add_row("Bytes written", format_size(stats.bytes_written))
+    view.add_row("Bytes evicted", format_size(stats.bytes_evicted))
+    view.add_row("Errors", str(stats.errors))
+    uncacheable = [f"{reason} {count}" for reason, count in stats.uncacheable.items() if count]
+    view.add_row("Uncacheable", ", ".join(uncacheable) or "none")
+    view.add_row("Identity", stats.identity or "none recorded yet")
+    url = remote_url()
+    if url or stats.remote_hits or stats.remote_errors or stats.uploads:
+        view.add_row("Remote", url or "none configured")
+        view.add_row("Remote hits", str(stats.remote_hits))
+        view.add_row("Remote errors", str(stats.remote_errors))
+        view.add_row("Uploads", f"{stats.uploads} ({format_size(stats.upload_bytes)})")
+    if any(stats.xla.values()):  # XLA executables (xla.py); hits are derived from access times
+        view.add_row("XLA", ", ".join(f"{name.removeprefix('xla_').replace('_', ' ')} {count}"
+                                      for name, count in stats.xla.items()))
+    others = [v for v in versions if not v["current"]]
+    if others:
+        view.add_row("Other versions", "\n".join(
+            f"{v['version']}: {plural_entries(v['entries'])}, {format_size(v['bytes'])}" for v in others))
+    return view
+
+
+@click.command("stats", short_help="Show entries, size, hit rate, counters and identity.")
+@json_option
+@cache_dir_option
+def stats_command(as_json: bool) -> None:
+    """Show entries, size, hit rate, counters and the current identity."""
+    cache = open_cache()
+    current = current_version(cache)
+    stats = cache.stats(current) if cache is not None else Stats.from_counters(0, 0, {}, "")
+    versions = version_summaries(cache, current)
+    root = cache_root()
+    emit(output_mode(as_json), data=stats_json(stats, root, versions),
+         human=lambda: stats_view(stats, root, cache is not None, versions))
+
+
+@click.command("zero-stats", short_help="Reset the counters (entries are kept).")
+@cache_dir_option
+def zero_stats_command() -> None:
+    """Reset the counters (hits, misses, compiles, ...); entries are kept."""
+    root = cache_root()
+    if not has_index(root):
+        message(f"No statistics to reset in {root}.")
+        return
+    cache = open_cache(write=True)
+    if cache is None or cache.index is None:
+        raise CliError(f"cannot open the cache index in {root}")
+    cache.index.reset_counters()
+    message(f"Statistics reset in {root}.")
+
+
+COMMANDS = (dir_command, stats_command, zero_stats_command)

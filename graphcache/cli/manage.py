@@ -1,0 +1,315 @@
+"""The entry commands: ``ls``, ``show``, ``purge`` and ``verify`` (TensorFlow-free, like the whole CLI).
+
+``purge`` plans first (:func:`graphcache.cli.selection.purge_plan`), shows the plan, asks, then acts,
+so ``--dry-run`` is the plan alone. The cache-wide commands (``dir``, ``stats``, ``zero-stats``) are in
+:mod:`graphcache.cli.info`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich.table import Column, Table
+
+from ..core import codec
+from ..core.keyparts import identity_id
+from ..errors import CorruptEntryError
+from .errors import PROG, CliError
+from .options import (
+    cache_dir_option,
+    cache_root,
+    current_version,
+    filter_option,
+    json_option,
+    max_size_option,
+    older_than_option,
+    open_cache,
+    output_mode,
+    remote_option,
+    sort_option,
+    usage_error,
+)
+from .output import (
+    Mode,
+    ago,
+    confirm,
+    duration,
+    emit,
+    format_size,
+    grid,
+    iso,
+    message,
+    plural,
+    plural_entries,
+    progress,
+    spinner,
+    table,
+    version_cell,
+)
+from .remote import ls_remote, purge_remote
+from .selection import purge_plan, resolve_key, select_rows
+
+if TYPE_CHECKING:
+    from ..core.cachedir import CacheDir
+    from ..core.filters import Filter, SortOrder
+    from ..core.index import IndexRow
+    from ..store import LocalStore
+
+PURGE_CHUNK = 256  # keys per CacheDir.purge call (one progress step)
+
+
+# -- ls ---------------------------------------------------------------------------------------------------------
+def row_json(row: IndexRow) -> dict[str, Any]:
+    return {
+        "key": row.key, "name": row.name, "kind": row.kind, "size": row.size,
+        "created": iso(row.created), "last_used": iso(row.last_used),
+        "identity": row.version, "identity_id": row.identity, "compile_seconds": row.compile_seconds,
+    }
+
+
+def entries_table(rows: Sequence[IndexRow], *, now: float, current: str) -> Table:
+    view = table(Column("KEY", no_wrap=True, min_width=32), "NAME", Column("SIZE", justify="right", no_wrap=True),
+                 Column("CREATED", no_wrap=True), Column("LAST USED", no_wrap=True),
+                 Column("IDENTITY", no_wrap=True), Column("COMPILE TIME", justify="right", no_wrap=True))
+    for row in rows:
+        view.add_row(row.key, row.name or "-", format_size(row.size), ago(row.created, now),
+                     ago(row.last_used, now), version_cell(row.version, current), duration(row.compile_seconds))
+    return view
+
+
+@click.command("ls")
+@json_option
+@click.option("-q", "--quiet", is_flag=True, help="Print keys only, one per line.")
+@sort_option
+@click.option("--limit", type=click.IntRange(min=0), metavar="N", help="Show at most N entries.")
+@filter_option
+@remote_option("List the remote cache's entries ({env}), every version, newest first.")
+@cache_dir_option
+def ls_command(as_json: bool, quiet: bool, order: SortOrder | None, limit: int | None,
+               filters: list[Filter], remote: bool) -> None:
+    """List entries."""
+    mode = output_mode(as_json, quiet)
+    now = time.time()
+    if remote:
+        if order is not None or filters:
+            raise usage_error("--sort and --filter apply to local entries only, not with --remote")
+        ls_remote(mode, limit, now)
+        return
+    cache = open_cache()
+    rows = select_rows(cache, filters, now, order)
+    if limit is not None:
+        rows = rows[:limit]
+    current = current_version(cache)
+    if mode is Mode.TABLE and not rows:
+        message("No entries." if cache is not None else f"No entries ({cache_root()} does not exist).")
+        return
+    emit(mode, data=[row_json(row) for row in rows], lines=lambda: (row.key for row in rows),
+         human=lambda: entries_table(rows, now=now, current=current))
+
+
+# -- show -------------------------------------------------------------------------------------------------------
+def entry_json(key: str, path: Path, header: codec.EntryHeader, row: IndexRow | None, current: str) -> dict[str, Any]:
+    return {
+        "key": key, "path": str(path), "name": header.name, "kind": header.kind, "size": path.stat().st_size,
+        "payload_size": header.payload_size, "created": iso(header.created),
+        "last_used": iso(row.last_used) if row is not None else None, "version": header.version,
+        "current": header.version == current, "identity": header.identity,
+        "identity_id": identity_id(header.identity) if header.identity else "",
+        "compile_seconds": header.compile_seconds, "key_parts": header.key_parts, "extra": header.extra,
+    }
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value) or "-"
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def entry_view(entry: dict[str, Any], now: float) -> Table:
+    view = grid()
+    view.add_row("Key", entry["key"])
+    view.add_row("Path", entry["path"])
+    view.add_row("Name", entry["name"] or "-")
+    view.add_row("Kind", entry["kind"])
+    view.add_row("Size", f"{format_size(entry['size'])} on disk, {format_size(entry['payload_size'])} payload")
+    for label, field in (("Created", "created"), ("Last used", "last_used")):
+        when = entry[field]
+        view.add_row(label, f"{when} ({ago(datetime.fromisoformat(when).timestamp(), now)})" if when else "-")
+    view.add_row("Version", entry["version"] + ("  (current)" if entry["current"] else "  (not current)"))
+    view.add_row("Compile time", duration(entry["compile_seconds"]))
+    view.add_row("Identity", "\n".join(f"{k}: {_text(v)}" for k, v in sorted(entry["identity"].items())) or "-")
+    view.add_row("Identity id", entry["identity_id"] or "-")
+    view.add_row("Key parts", "\n".join(f"{k}: {v}" for k, v in sorted(entry["key_parts"].items())) or "-")
+    for name, value in sorted(entry["extra"].items()):
+        view.add_row(name.replace("_", " ").capitalize(), _text(value))
+    return view
+
+
+@click.command("show")
+@click.argument("key")
+@json_option
+@cache_dir_option
+def show_command(key: str, as_json: bool) -> None:
+    """Show one entry's header. KEY may be a unique prefix."""
+    cache = open_cache()
+    full = resolve_key(cache, key)
+    assert cache is not None  # resolve_key found the key in it
+    path = cache.store.path_for(full)
+    try:
+        header = codec.read_header(str(path))
+    except FileNotFoundError:
+        raise CliError(f"entry {full} is indexed but its file is gone (run '{PROG} purge {full} --yes')") from None
+    except CorruptEntryError as exc:
+        raise CliError(f"entry {full} is corrupt: {exc} (run '{PROG} verify --fix')") from None
+    row = cache.index.get(full) if cache.index is not None else None
+    entry = entry_json(full, path, header, row, current_version(cache))
+    now = time.time()
+    emit(output_mode(as_json), data=entry, human=lambda: entry_view(entry, now))
+
+
+# -- purge ------------------------------------------------------------------------------------------------------
+def remove(cache: CacheDir, rows: Sequence[IndexRow], *, stale: bool) -> tuple[list[str], int, int]:
+    """Delete the planned entries: (keys removed, count, bytes freed)."""
+    if stale:
+        with spinner("Purging stale versions..."):
+            result = cache.purge(stale=True)
+        removed = [row.key for row in rows if not cache.store.path_for(row.key).exists()]
+        return removed, result.entries, result.bytes
+    keys = [row.key for row in rows]
+    count = freed = 0
+    with progress("Purging", len(keys)) as bar:
+        for start in range(0, len(keys), PURGE_CHUNK):
+            chunk = keys[start:start + PURGE_CHUNK]
+            result = cache.purge(keys=chunk)
+            count, freed = count + result.entries, freed + result.bytes
+            bar.advance(len(chunk))
+    return keys, count, freed
+
+
+@click.command("purge", short_help="Remove entries: --all, --stale, --older-than, --filter or KEYS.")
+@click.argument("keys", nargs=-1)
+@click.option("--all", "everything", is_flag=True, help="Remove every entry.")
+@click.option("--stale", is_flag=True, help="Remove the entries of every version other than the current one.")
+@older_than_option
+@max_size_option
+@filter_option
+@click.option("--dry-run", is_flag=True, help="Show what would be removed, remove nothing.")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@remote_option("Purge the remote cache ({env}) instead: --all, --stale (every version prefix but the current "
+               "one) or KEYS.")
+@json_option
+@cache_dir_option
+def purge_command(keys: tuple[str, ...], everything: bool, stale: bool, older_than: Filter | None,
+                  max_size: int | None, filters: list[Filter], dry_run: bool, yes: bool, remote: bool,
+                  as_json: bool) -> None:
+    """Remove entries: --all, --stale, --older-than/--filter (combined: all must match), or KEYS.
+
+    KEYS may be unique prefixes. Asks for confirmation on a terminal; pass --yes otherwise.
+    """
+    filters = [*filters, *([older_than] if older_than else [])]
+    selectors = [name for name, given in (("--all", everything), ("--stale", stale), ("KEYS", keys),
+                                          ("--max-size", max_size is not None),
+                                          ("--older-than/--filter", filters)) if given]
+    if not selectors:
+        raise usage_error("nothing selected: give --all, --stale, --older-than, --max-size, --filter or KEYS")
+    if len(selectors) > 1:
+        raise usage_error(f"{' and '.join(selectors)} cannot be combined")
+    mode = output_mode(as_json)
+    now = time.time()
+    if remote:
+        if filters or max_size is not None:
+            raise usage_error("--remote takes --all, --stale or KEYS")
+        purge_remote(everything=everything, stale=stale, keys=keys, dry_run=dry_run, yes=yes, mode=mode, now=now)
+        return
+    cache = open_cache(write=not dry_run, reconcile=True)
+    rows = purge_plan(cache, everything=everything, stale=stale, keys=keys, filters=filters, max_size=max_size,
+                      now=now)
+    planned = sum(row.size for row in rows)
+    if not rows:
+        message("Nothing to purge.")
+        emit(mode, data={"removed": [], "count": 0, "bytes": 0, "dry_run": dry_run}, human=lambda: None)
+        return
+    if dry_run:
+        message(f"Would remove {plural_entries(len(rows))}, freeing {format_size(planned)} (dry run: nothing removed).")
+        emit(mode, data={"removed": [r.key for r in rows], "count": len(rows), "bytes": planned, "dry_run": True},
+             human=lambda: entries_table(rows, now=now, current=current_version(cache)))
+        return
+    assert cache is not None  # rows came from it
+    message(f"About to remove {plural_entries(len(rows))} ({format_size(planned)}) from {cache.root}.")
+    confirm(len(rows), yes)
+    removed, count, freed = remove(cache, rows, stale=stale)
+    message(f"Removed {plural_entries(count)}, freed {format_size(freed)}.")
+    emit(mode, data={"removed": removed, "count": count, "bytes": freed, "dry_run": False}, human=lambda: None)
+
+
+# -- verify -----------------------------------------------------------------------------------------------------
+class ScanProgress:
+    """A store proxy advancing a progress bar as its first ``scan()`` is consumed (verify has no hook)."""
+
+    def __init__(self, store: LocalStore, advance: Callable[[int], None]) -> None:
+        self._store = store
+        self._advance: Callable[[int], None] | None = advance
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def scan(self) -> Iterator[Any]:
+        advance, self._advance = self._advance, None
+        for stored in self._store.scan():
+            yield stored
+            if advance is not None:
+                advance(1)
+
+
+def verify_view(bad: Sequence[tuple[str, str]], strays: Sequence[Path]) -> Table | None:
+    if not bad and not strays:
+        return None
+    view = table(Column("KEY / FILE", no_wrap=True), "PROBLEM")
+    for key, problem in bad:
+        view.add_row(key, problem)
+    for path in strays:
+        view.add_row(str(path), "stray temp file (a writer died mid-write)")
+    return view
+
+
+@click.command("verify")
+@click.option("--fix", is_flag=True, help="Remove bad entries and stray temp files.")
+@json_option
+@cache_dir_option
+def verify_command(fix: bool, as_json: bool) -> None:
+    """Check every entry's format and checksums. Exits 1 when bad entries remain."""
+    mode = output_mode(as_json)
+    cache = open_cache(write=fix)
+    bad: list[tuple[str, str]] = []
+    strays: list[Path] = []
+    checked = 0
+    if cache is not None:
+        checked = sum(1 for _ in cache.store.scan())
+        strays = cache.store.stray_temp_files()
+        with progress("Verifying", checked) as bar:
+            if bar.shown:
+                cache.store = ScanProgress(cache.store, bar.advance)  # type: ignore[assignment]
+            bad = cache.verify(fix=fix)
+    data = {"checked": checked, "bad": [{"key": k, "problem": p} for k, p in bad],
+            "stray_temp_files": [str(p) for p in strays], "fixed": fix}
+    emit(mode, data=data, human=lambda: verify_view(bad, strays))
+    summary = f"Checked {plural_entries(checked)}: "
+    if not bad and not strays:
+        message(summary + "all good.")
+    elif fix:
+        message(summary + f"removed {plural(len(bad), 'bad entry', 'bad entries')} and "
+                f"{plural(len(strays), 'stray temp file')}.")
+    else:
+        message(summary + f"{len(bad)} bad, {plural(len(strays), 'stray temp file')}.")
+    if bad and not fix:
+        raise CliError(f"{plural(len(bad), 'bad entry', 'bad entries')} found; run '{PROG} verify --fix' to "
+                       "remove them")
+
+
+COMMANDS = (ls_command, show_command, purge_command, verify_command)
