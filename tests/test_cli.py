@@ -460,8 +460,8 @@ def test_one_prefix_resolver_serves_local_and_remote_keys():
     for bad in ("", "xyz", "0" * 33):
         with pytest.raises(SelectionError, match="is not a cache key"):
             resolve_prefix(bad, keys, "here")
-    assert str(no_current_version("/c", "'identity=current' has nothing to compare with")) == (
-        "no current version is recorded in /c: 'identity=current' has nothing to compare with "
+    assert str(no_current_version("/c", "'version=current' has nothing to compare with")) == (
+        "no current version is recorded in /c: 'version=current' has nothing to compare with "
         "(open the cache with GraphCache once, or name the keys)")
 
 

@@ -22,6 +22,7 @@ import xxhash
 import zstandard
 
 from ..core import codec, settings
+from ..core.checked import check
 from ..errors import CorruptEntryError, GraphCacheError, UntrustedEntryError
 from ..store.local import is_key
 
@@ -267,7 +268,7 @@ def scan(path: Path, expected_version: str | None, on_entry: Callable[[str, byte
                 raise CorruptBundleError(f"{origin}: entry {key} fails its checksum (the bundle is corrupt "
                                          "or was modified)")
             try:
-                header, _ = codec.decode(data, key, signing_key=signing_key)
+                header = check(data, key, signing_key=signing_key).header
             except UntrustedEntryError as exc:
                 raise UntrustedBundleError(f"{origin}: entry {key} is refused: {exc} "
                                            f"(${settings.ENV_SIGNING_KEY})") from None

@@ -3,7 +3,7 @@
     graphcache [--cache-dir DIR] COMMAND [ARGS]
 
     dir          print the cache dir's path
-    stats        entries, size, hit rate, counters, uncacheable lookups, current identity
+    stats        entries, size, hit rate, counters, uncacheable lookups, current version
     zero-stats   reset the counters
     ls           list entries (filter, sort, limit; --json, -q); --remote: the remote cache's entries
     show KEY     one entry's header (a unique key prefix is enough)

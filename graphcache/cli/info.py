@@ -45,7 +45,9 @@ def stats_json(stats: Stats, root: Path, versions: list[dict[str, Any]]) -> dict
         "compile_seconds": stats.compile_seconds, "saved_seconds": stats.saved_seconds,
         "bytes_written": stats.bytes_written, "bytes_evicted": stats.bytes_evicted, "evictions": stats.evictions,
         "errors": stats.errors,
-        "uncacheable": dict(stats.uncacheable), "identity": stats.identity or None, "versions": versions,
+        "uncacheable": dict(stats.uncacheable), "version": stats.version or None,
+        "identity": stats.version or None,  # graphcache 0.1's name for the version, kept for existing scripts
+        "versions": versions,
         "remote": remote_url() or None, "remote_hits": stats.remote_hits, "remote_errors": stats.remote_errors,
         "uploads": stats.uploads, "upload_bytes": stats.upload_bytes, **stats.xla,
     }
@@ -86,7 +88,7 @@ def stats_view(stats: Stats, root: Path, exists: bool, versions: list[dict[str, 
     view.add_row("Errors", str(stats.errors))
     uncacheable = [f"{reason} {count}" for reason, count in stats.uncacheable.items() if count]
     view.add_row("Uncacheable", ", ".join(uncacheable) or "none")
-    view.add_row("Identity", stats.identity or "none recorded yet")
+    view.add_row("Version", stats.version or "none recorded yet")
     url = remote_url()
     if url or stats.remote_hits or stats.remote_errors or stats.uploads:
         view.add_row("Remote", url or "none configured")
@@ -103,11 +105,11 @@ def stats_view(stats: Stats, root: Path, exists: bool, versions: list[dict[str, 
     return view
 
 
-@click.command("stats", short_help="Show entries, size, hit rate, counters and identity.")
+@click.command("stats", short_help="Show entries, size, hit rate, counters and the current version.")
 @json_option
 @cache_dir_option
 def stats_command(as_json: bool) -> None:
-    """Show entries, size, hit rate, counters and the current identity."""
+    """Show entries, size, hit rate, counters and the current compiler version."""
     cache = open_cache()
     current = current_version(cache)
     stats = cache.stats(current) if cache is not None else Stats.from_counters(0, 0, {}, "")

@@ -69,7 +69,8 @@ def row_json(row: IndexRow) -> dict[str, Any]:
     return {
         "key": row.key, "name": row.name, "kind": row.kind, "size": row.size,
         "created": iso(row.created), "last_used": iso(row.last_used),
-        "identity": row.version, "identity_id": row.identity, "compile_seconds": row.compile_seconds,
+        "version": row.version, "identity_id": row.identity, "compile_seconds": row.compile_seconds,
+        "identity": row.version,  # graphcache 0.1's name for the version, kept for existing scripts
     }
 
 

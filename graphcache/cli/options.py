@@ -182,12 +182,12 @@ cache_dir_option = click.option(
 filter_option = click.option(
     "--filter", "filters", multiple=True, callback=_parse_filters, metavar="EXPR",
     help="FIELD OP VALUE, repeatable (all must match). Fields: size (10MB, 1GiB), created and accessed "
-         "(an age: 'accessed>7d' = unused for over 7 days, or an ISO date), identity ('identity!=current'), "
+         "(an age: 'accessed>7d' = unused for over 7 days, or an ISO date), version ('version!=current'), "
          "kind, name (globs allowed). OP: > < >= <= = !=. Quote it: --filter 'size>10MB'.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 sort_option = click.option(
     "--sort", "order", callback=_parse_sort, metavar="FIELD[:asc|desc]",
-    help="Sort by key, name, kind, size, created, accessed, identity or compile_seconds "
+    help="Sort by key, name, kind, size, created, accessed, version or compile_seconds "
          "[default: most recently used first].")
 older_than_option = click.option(
     "--older-than", "older_than", callback=_parse_age, metavar="AGE",

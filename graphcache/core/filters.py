@@ -10,13 +10,14 @@ A filter is ``FIELD OP VALUE`` with ``OP`` one of ``> < >= <= = !=``:
 ``created``     an age (``90s 30m 12h 7d 2w``; ``created>7d`` = created more than 7 days ago) or a
                 UTC ISO-8601 date/time (``created<2024-05-01`` = created before that day)
 ``accessed``    last use, like ``created``: ``accessed>7d`` = not used for more than 7 days
-``identity``    the compiler version id (``=``/``!=`` only); ``current`` means the cache dir's current
-                version: ``identity!=current`` selects the entries of older versions
+``version``     the compiler version id (``=``/``!=`` only); ``current`` means the cache dir's current
+                version: ``version!=current`` selects the entries of older versions
 ``kind``        ``=``/``!=``, glob patterns allowed (``*``, ``?``, ``[...]``)
 ``name``        ``=``/``!=``, glob patterns allowed: ``name=resnet*``
 ==============  ====================================================================================
 
-``last_used`` is an alias of ``accessed`` and ``version`` one of ``identity``.
+``last_used`` is an alias of ``accessed``; ``identity`` is an alias of ``version`` (its name in graphcache
+0.1, kept so existing scripts work; an entry's *identity* is the full compiler identity, see ``show``).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ _OPS: dict[str, Callable[[object, object], bool]] = {
 _ORDERING = frozenset({">", "<", ">=", "<="})
 _FIELDS = {
     "size": "size", "created": "created", "accessed": "accessed", "last_used": "accessed",
-    "identity": "identity", "version": "identity", "kind": "kind", "name": "name",
+    "identity": "version", "version": "version", "kind": "kind", "name": "name",
 }
 _FILTER_RE = re.compile(r"^\s*([A-Za-z_]+)\s*(>=|<=|!=|==|=|>|<)\s*(.*?)\s*$", re.DOTALL)
 CURRENT = "current"
@@ -76,15 +77,15 @@ class Filter:
     """One parsed ``FIELD OP VALUE`` expression."""
 
     expr: str
-    field: str  # size, created, accessed, identity, kind or name
+    field: str  # size, created, accessed, version, kind or name
     op: str  # > < >= <= = !=
     value: float | str  # bytes, seconds of age, a Unix time, or text
     mode: Mode
 
     @property
     def uses_current(self) -> bool:
-        """Whether the filter compares against the cache dir's current version (``identity=current``)."""
-        return self.field == "identity" and self.value == CURRENT
+        """Whether the filter compares against the cache dir's current version (``version=current``)."""
+        return self.field == "version" and self.value == CURRENT
 
     def matches(self, row: IndexRow, *, now: float, current_version: str = "") -> bool:
         compare = _OPS[self.op]
@@ -93,9 +94,9 @@ class Filter:
         if self.mode in ("age", "time"):
             when = row.created if self.field == "created" else row.last_used
             return compare(now - when, self.value) if self.mode == "age" else compare(when, self.value)
-        actual = {"identity": row.version, "kind": row.kind, "name": row.name}[self.field]
+        actual = {"version": row.version, "kind": row.kind, "name": row.name}[self.field]
         pattern = str(self.value)
-        if self.field == "identity" and pattern == CURRENT:
+        if self.field == "version" and pattern == CURRENT:
             pattern = current_version
             equal = actual == pattern
         else:
@@ -112,7 +113,7 @@ def parse_filter(expr: str) -> Filter:
     op = "=" if op == "==" else op
     field = _FIELDS.get(name)
     if field is None:
-        fields = ", ".join(sorted({"size", "created", "accessed", "identity", "kind", "name"}))
+        fields = ", ".join(sorted({"size", "created", "accessed", "version", "kind", "name"}))
         raise FilterError(f"invalid filter {expr!r}: unknown field {name!r} (fields: {fields})")
     if not raw:
         raise FilterError(f"invalid filter {expr!r}: missing value after {op!r}")

@@ -83,7 +83,7 @@ def select(rows: Iterable[Row], selection: Selection, *, current_version: str, w
     if not conditions:
         return chosen
     if not current_version and any(c.uses_current for c in conditions):
-        raise no_current_version(where, "'identity=current' has nothing to compare with")
+        raise no_current_version(where, "'version=current' has nothing to compare with")
     return apply_filters(chosen, conditions, now=time.time() if now is None else now,
                          current_version=current_version)
 

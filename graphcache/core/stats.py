@@ -46,7 +46,7 @@ class Stats:
     bytes_evicted: int
     errors: int
     uncacheable: dict[str, int] = field(default_factory=dict)
-    identity: str = ""
+    version: str = ""  # the current compiler version id
     evictions: int = 0
     max_size: int | None = None
     xla: dict[str, int] = field(default_factory=dict)
@@ -56,12 +56,17 @@ class Stats:
     upload_bytes: int = 0
 
     @property
+    def identity(self) -> str:
+        """graphcache 0.1's name for ``version``, kept for existing code."""
+        return self.version
+
+    @property
     def hit_rate(self) -> float | None:
         lookups = self.hits + self.misses
         return self.hits / lookups if lookups else None
 
     @classmethod
-    def from_counters(cls, entries: int, size: int, counters: dict[str, float], identity: str = "",
+    def from_counters(cls, entries: int, size: int, counters: dict[str, float], version: str = "",
                       max_size: int | None = None) -> Stats:
         uncacheable = {reason: int(counters.get(UNCACHEABLE_PREFIX + reason, 0)) for reason in REASONS}
         return cls(
@@ -76,7 +81,7 @@ class Stats:
             bytes_evicted=int(counters.get("bytes_evicted", 0)),
             errors=int(counters.get("errors", 0)),
             uncacheable=uncacheable,
-            identity=identity,
+            version=version,
             evictions=int(counters.get("evictions", 0)),
             xla={name: int(counters.get(name, 0)) for name in XLA_COUNTERS},
             max_size=max_size,

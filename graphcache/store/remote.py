@@ -26,7 +26,7 @@ Safe for many writers and readers without any coordination:
   temp file in the target folder is renamed onto the final name. A reader never sees a partial object.
 - Entries are immutable and content-addressed: two machines racing to upload one key upload the same
   entry, so whichever PUT lands last changes nothing. There is no manifest or index to keep consistent.
-- Nothing read from here is trusted before ``codec.decode`` has checked it against the key asked for
+- Nothing read from here is trusted before it passed core/checked.py's checks against the key asked for
   (store/tiered.py does that before an entry reaches the local cache).
 
 Endpoints and credentials come from the backend's standard places, so one URL scheme talks to AWS S3,

@@ -1,7 +1,7 @@
 """The tiered store: the local store in front of a shared remote one (remote.py).
 
 - Read-through: a local miss asks the remote (bounded by a deadline). A remote entry is trusted only
-  after ``codec.decode`` checked it against the key; it is then written locally through GraphCache's
+  after it passed the same checks as a local read (core/checked.py); it is then written locally through GraphCache's
   normal write path (``write_entry``: atomic file, index row, size cap and eviction) and served. A corrupt
   remote object is a miss, counted in ``remote_errors`` and never stored. A compile looks its key up twice
   (before and after its lock): a remote miss is remembered for ``MISS_TTL`` seconds, so one compile costs
