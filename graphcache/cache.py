@@ -157,6 +157,7 @@ class GraphCache:
             self.store = TieredStore(
                 self.store, self.remote, store_fetched=self.write_entry, count=self.count, warn=warn_once,
                 verify=lambda data, key: codec.decode(data, key, signing_key=self.signing_key),
+                marker_group=_xla.marker_group,
                 retry_after=settings.resolve_duration(remote_retry_after, settings.ENV_REMOTE_RETRY_AFTER,
                                                       settings.DEFAULT_REMOTE_RETRY_AFTER))
         self.index: CacheIndex | None = None

@@ -57,7 +57,7 @@ def _remove_xla_dir(store: LocalStore, version: str) -> None:
     root = getattr(store, "root", None)
     if root is None:
         return
-    from .xla import remove_version_dir
+    from .xla.files import remove_version_dir
 
     try:
         remove_version_dir(root, version)
