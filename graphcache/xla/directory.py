@@ -43,7 +43,7 @@ from ..store.local import LocalStore
 from ..store.tiered import TieredStore
 from . import files
 from .files import BAD_SUFFIX, FILE_RE, KIND, XLA_DIR, entry_key, remove_version_dir, well_formed
-from .hits import Hits, arm, read_quietly
+from .hits import UseTracker, arm, read_quietly
 from .identity import xla_identity_id
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ class XlaCache:
         self.local = LocalStore(cache.cache_dir, read_only=True)  # paths and headers, never the remote
         self.bound = False
         self.last_report = XlaReport()
-        self.hits = Hits()
+        self.uses = UseTracker()
 
     def __repr__(self) -> str:
         return f"XlaCache({str(self.directory)!r}, bound={self.bound})"
@@ -107,7 +107,7 @@ class XlaCache:
         self.last_report = report
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            self.hits.probe(self.directory)  # also proves the directory writable
+            self.uses.probe(self.directory)  # also proves the directory writable
         except STORAGE_ERRORS as exc:
             self.cache.failure("xla_io_error", f"preparing the XLA dir {self.directory}", exc,
                                consequence=_CONSEQUENCE, uncacheable=False)
@@ -165,12 +165,12 @@ class XlaCache:
         elif self.signing_key is not None or not well_formed(data, name):
             return self._move_aside(name, report, "not an entry, and not a well-formed XLA cache file")
         elif not self._ingest(name, data, st, digest):
-            self.hits.remember(name, st)  # well formed but not stored (no sidecar: the next enable tries again)
+            self.uses.remember(name, st)  # well formed but not stored (no sidecar: the next enable tries again)
             return True
         else:
             report.ingested += 1
         files.write_sidecar(path, digest, len(data))
-        self.hits.remember(name, st)
+        self.uses.remember(name, st)
         return True
 
     def _expected_digest(self, key: str) -> str | None:
@@ -229,7 +229,7 @@ class XlaCache:
             files.atomic_write(path, payload)
             files.write_sidecar(path, digest, len(payload))
             arm(path, os.stat(path))
-            self.hits.remember(name, os.stat(path))
+            self.uses.remember(name, os.stat(path))
             present.add(name)
             report.materialized += 1
 
@@ -255,8 +255,8 @@ class XlaCache:
                 st = os.stat(path)
             except FileNotFoundError:
                 continue
-            if self.hits.unchanged(name, st):
-                if self.hits.first_use(name, st):
+            if self.uses.unchanged(name, st):
+                if self.uses.first_use(name, st):
                     self.cache.touch(entry_key(self.id, name))
                     report.hits += 1
                 continue
@@ -273,8 +273,8 @@ class XlaCache:
                     continue
                 report.ingested += 1
             files.write_sidecar(path, digest, len(data))
-            self.hits.remember(name, st)
-            self.hits.settled(name)
+            self.uses.remember(name, st)
+            self.uses.settled(name)
         self.cache.count(xla_hits=report.hits, xla_compiles=report.ingested)
         return report
 
@@ -299,4 +299,4 @@ class XlaCache:
 
     def _remove(self, name: str) -> None:
         files.remove(self.directory / name)
-        self.hits.forget(name)
+        self.uses.forget(name)

@@ -34,7 +34,7 @@ class _Seen:
         return (st.st_ino, st.st_size, st.st_mtime_ns) == (self.ino, self.size, self.mtime_ns)
 
 
-class Hits:
+class UseTracker:
     """The files of one XLA directory as graphcache last saw them, and the ones already counted as used."""
 
     def __init__(self) -> None:
