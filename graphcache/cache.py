@@ -78,7 +78,8 @@ class GraphCache(EntryService):
         self._identity: dict[str, Any] | None = None
         self._identity_lock = threading.Lock()
         version_info = identity.compiler_version(settings.identity_salt)
-        super().__init__(cache_dir, settings, version=version_id(version_info), version_info=version_info)
+        super().__init__(cache_dir, settings, version=version_id(version_info), version_info=version_info,
+                         marker_group=_xla.marker_group)
         if not self.disabled and _xla.requested(xla):  # XLA executables under this cache (xla/)
             _xla.enable_xla(self)
 

@@ -9,8 +9,10 @@ purge each other (a GPU trainer and a CPU server can share a cache dir).
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from .core import codec
@@ -32,21 +34,85 @@ def compiler_version(salt: str = "") -> dict[str, Any]:
     return {"tensorflow": tf_version, "tf_git": git_version, "format": codec.FORMAT_VERSION, "salt": salt}
 
 
+@dataclass(frozen=True)
+class Gpu:
+    """One physical GPU as TensorFlow describes it (``tf.config.experimental.get_device_details``)."""
+
+    name: str  # "" when TensorFlow gives none
+    compute_capability: str  # "9.0"; "" when TensorFlow gives none (ROCm, pluggable devices)
+
+
+@functools.cache
+def gpus() -> tuple[Gpu, ...]:
+    """TensorFlow's physical GPUs, in its order: ``TF_GetDeviceDetails(index)``, the call
+    ``tf.config.experimental.get_device_details`` makes, for each index TensorFlow gives a GPU.
+
+    Safe before XLA binding (xla/binding.py: TensorFlow reads TF_XLA_FLAGS once), as far as TensorFlow
+    allows. Listing devices (``tf.config.list_physical_devices``) asks every device factory, XLA's
+    included, and XLA's factory parses TF_XLA_FLAGS; ``TF_GetDeviceDetails(index)`` asks the CPU factory
+    alone for index 0 (the CPU: no details) and walks the other factories for a higher index, so asking
+    past the last GPU (or, on a machine without GPUs, past the CPU) parses the flags too (measured on TF
+    2.21). The GPUs are therefore counted first without TensorFlow's factories (the CUDA driver, and
+    pluggable devices through their own factories) and only that many indices are asked: a machine
+    without GPUs never asks past the CPU. Whether the GPU factory comes before XLA's in TensorFlow's
+    factory map decides whether a GPU machine's walk parses the flags; if it does, XLA binding reports
+    "too late" (and XLA compiles uncached) instead of keying executables by the wrong device kind. A ROCm
+    build has no such count: its walk runs to the end.
+    """
+    try:
+        expected = _gpu_count()
+        if expected == 0:
+            return ()
+        from tensorflow.python import pywrap_tfe
+
+        found: list[Gpu] = []
+        for index in range(1, 257):  # index 0 is the CPU (its factory always lists exactly one)
+            if expected is not None and len(found) >= expected:
+                break
+            try:
+                details = pywrap_tfe.TF_GetDeviceDetails(index)
+            except Exception:  # past the last device
+                break
+            if details:  # GPUs describe themselves; the CPU and XLA's devices do not
+                found.append(Gpu(str(details.get("device_name") or ""),
+                                 str(details.get("compute_capability") or "")))
+        return tuple(found)
+    except Exception:  # no usable GPU runtime: a CPU identity is the truth
+        return ()
+
+
+def _gpu_count() -> int | None:
+    """How many GPUs TensorFlow will list, found without asking its device factories (see ``gpus``); None
+    when only they can tell (ROCm)."""
+    import tensorflow as tf
+    from tensorflow.python import pywrap_tfe
+
+    count = sum(1 for name in pywrap_tfe.TF_ListPluggablePhysicalDevices() if b":GPU:" in name)
+    if tf.test.is_built_with_cuda():
+        return count + _cuda_device_count()
+    if tf.test.is_built_with_rocm():
+        return None
+    return count
+
+
+def _cuda_device_count() -> int:
+    """The GPUs the CUDA driver shows this process (CUDA_VISIBLE_DEVICES applied, as for TensorFlow's GPU
+    factory, which asks the same driver): 0 without a driver. ``cuInit`` creates no context; TensorFlow
+    calls it again at its first GPU use."""
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return max(0, count.value)
+
+
 @functools.cache
 def device_kind() -> str:
     """``cpu`` or ``gpu:<name>:cc<major.minor>,...``: where the compiled graph will run."""
-    import tensorflow as tf
-
-    gpus = []
-    try:
-        for gpu in tf.config.list_physical_devices("GPU"):
-            details = tf.config.experimental.get_device_details(gpu)
-            cc = details.get("compute_capability")
-            cc_text = f"cc{cc[0]}.{cc[1]}" if cc else "cc?"
-            gpus.append(f"gpu:{details.get('device_name', 'unknown')}:{cc_text}")
-    except Exception:  # no usable GPU runtime: a CPU identity is the truth
-        gpus = []
-    return ",".join(gpus) if gpus else "cpu"
+    return ",".join(f"gpu:{gpu.name or 'unknown'}:cc{gpu.compute_capability or '?'}" for gpu in gpus()) or "cpu"
 
 
 def compiler_identity(salt: str, backend_name: str, backend_options: dict[str, Any]) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 A serialized GraphDef of a frozen model is mostly weights (100 MB for ResNet50): reading its op types, or
 finding its function library, needs a walk over the field framing only (importing.py). XLA cache files
-are checked the same way (xla.py).
+are checked the same way (xla/files.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""XLA executables as cache entries (graphcache/xla.py).
+"""XLA executables as cache entries (graphcache/xla/).
 
 TensorFlow reads TF_XLA_FLAGS once per process, so the end-to-end tests run real TensorFlow in fresh
 processes (tests.helpers.run_python): a small Keras CNN under ``jit_compile=True`` (two functions) and a
@@ -26,6 +26,7 @@ from click.testing import CliRunner
 
 from graphcache import CacheDir, GraphCache, GraphCacheWarning, cli, xla
 from graphcache.core import codec
+from graphcache.core.versioning import remove_version_dirs
 from graphcache.store import LocalStore, RemoteStore
 
 from .helpers import ROOT, run_python
@@ -252,6 +253,34 @@ def test_enable_after_tensorflow_started_warns_once_and_runs_uncached(tmp_path):
     assert not list((cache_dir / "xla").rglob("*.pb")) and not xla_rows(cache_dir)
 
 
+DEVICE_KIND_CHILD = '''
+import json, os
+os.environ["TF_XLA_FLAGS"] = "--tf_xla_disable_constant_folding=true"
+from graphcache import identity
+gpus, kind = identity.gpus(), identity.device_kind()
+os.environ["TF_XLA_FLAGS"] = ""  # what TensorFlow reads from here on, unless it has read the flags already
+from tensorflow.python import pywrap_tfe
+parsed_before = bool(pywrap_tfe.TF_GetXlaConstantFoldingDisabled())
+import tensorflow as tf
+listed = []
+for gpu in tf.config.list_physical_devices("GPU"):
+    details = tf.config.experimental.get_device_details(gpu)
+    cc = details.get("compute_capability")
+    listed.append([details.get("device_name", ""), f"{{cc[0]}}.{{cc[1]}}" if cc else ""])
+print(json.dumps({{"kind": kind, "gpus": [[g.name, g.compute_capability] for g in gpus], "listed": listed,
+                  "parsed_before": parsed_before}}))
+'''
+
+
+def test_device_kind_is_tensorflows_and_leaves_the_xla_flags_unread():
+    """The device kind keys the XLA directory, so it is computed before binding: it must name the GPUs
+    tf.config names, without making TensorFlow read TF_XLA_FLAGS (binding would then come too late)."""
+    out = run_python(DEVICE_KIND_CHILD.format())
+    assert not out["parsed_before"]
+    assert out["gpus"] == out["listed"]
+    assert out["kind"] == (",".join(f"gpu:{name}:cc{cc}" for name, cc in out["listed"]) or "cpu")
+
+
 # -- the directory logic, in this process, on synthetic files --------------------------------------------------------
 def _varint(value: int) -> bytes:
     out = bytearray()
@@ -367,7 +396,7 @@ def test_stale_version_purge_removes_its_xla_directory(cache, cache_dir):
     result = cache.purge(stale=True)
     assert "tf0.0.0-deadbeef" in result.versions
     assert not stale_dir.parent.exists()
-    assert xla.remove_version_dir(cache_dir, "..") == 0  # never outside xla/
+    assert remove_version_dirs(cache_dir, "..") == 0  # never outside the per-version dirs
 
 
 def test_with_a_signing_key_only_signed_entries_reach_tensorflow(cache_dir, monkeypatch):

@@ -95,7 +95,7 @@ def stats_view(stats: Stats, root: Path, exists: bool, versions: list[dict[str, 
         view.add_row("Remote hits", str(stats.remote_hits))
         view.add_row("Remote errors", str(stats.remote_errors))
         view.add_row("Uploads", f"{stats.uploads} ({format_size(stats.upload_bytes)})")
-    if any(stats.xla.values()):  # XLA executables (xla.py); hits are derived from access times
+    if any(stats.xla.values()):  # XLA executables (xla/); hits are derived from access times
         view.add_row("XLA", ", ".join(f"{name.removeprefix('xla_').replace('_', ' ')} {count}"
                                       for name, count in stats.xla.items()))
     others = [v for v in versions if not v["current"]]

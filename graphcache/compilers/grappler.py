@@ -19,7 +19,7 @@ from typing import Any
 from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import config_pb2, device_properties_pb2, meta_graph_pb2
 
-from .. import wire
+from .. import identity, wire
 from ..errors import InvalidGraphError
 from ..graphs import Signature
 from .base import Compiler
@@ -38,26 +38,18 @@ class GrapplerCompiler(Compiler):
         return {"cluster": "virtual"}
 
     def _devices(self) -> list[device_properties_pb2.NamedDevice]:
-        import tensorflow as tf
-
         devices = [device_properties_pb2.NamedDevice(
             name=_CPU_DEVICE,
             properties=device_properties_pb2.DeviceProperties(
                 type="CPU", num_cores=os.cpu_count() or 1, frequency=2000, memory_size=2**34),
         )]
-        try:
-            gpus = tf.config.list_physical_devices("GPU")
-        except Exception:
-            gpus = []
-        for index, gpu in enumerate(gpus):
-            details = tf.config.experimental.get_device_details(gpu)
-            cc = details.get("compute_capability") or (0, 0)
+        for index, gpu in enumerate(identity.gpus()):  # the GPUs the compiler identity names
             devices.append(device_properties_pb2.NamedDevice(
                 name=f"/job:localhost/replica:0/task:0/device:GPU:{index}",
                 properties=device_properties_pb2.DeviceProperties(
-                    type="GPU", vendor="NVIDIA", model=details.get("device_name", ""),
+                    type="GPU", vendor="NVIDIA", model=gpu.name,
                     frequency=1500, num_cores=100, memory_size=2**34,
-                    environment={"architecture": f"{cc[0]}.{cc[1]}"}),
+                    environment={"architecture": gpu.compute_capability or "0.0"}),
             ))
         return devices
 

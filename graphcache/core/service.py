@@ -49,7 +49,7 @@ class EntryService:
     ``version_info`` describes it in the index's manifest). Safe to share between threads and processes."""
 
     def __init__(self, cache_dir: str | os.PathLike[str] | None, settings: CacheSettings, *, version: str,
-                 version_info: dict[str, Any]) -> None:
+                 version_info: dict[str, Any], marker_group: Callable[[bytes], str | None] | None = None) -> None:
         self.settings = settings
         self.strict = settings.strict
         self.read_only = settings.read_only
@@ -67,7 +67,7 @@ class EntryService:
         self.dir: CacheDir | None = None
         self.index: CacheIndex | None = None
         self.remote: RemoteStore | None = None
-        self.store: Store = self._build_store()
+        self.store: Store = self._build_store(marker_group)
         self.last_purge = PurgeResult(0, 0, ())
         self._writes = BackgroundWrites()
         warn_if_shared_writable(self.cache_dir)
@@ -82,9 +82,10 @@ class EntryService:
         if not self.disabled and not self.read_only:
             self._open()
 
-    def _build_store(self) -> Store:
+    def _build_store(self, marker_group: Callable[[bytes], str | None] | None) -> Store:
         """The local store, behind a remote tier when one is configured (store/tiered.py: read-through,
-        background write-through, fail open)."""
+        background write-through, fail open). ``marker_group``: which uploaded entries get a remote marker
+        (the XLA rule, xla/markers.py; injected so the store layer knows no entry kind)."""
         local = LocalStore(self.cache_dir, read_only=self.read_only)
         settings = self.settings
         if not settings.remote or self.disabled:
@@ -92,7 +93,8 @@ class EntryService:
         self.remote = RemoteStore(settings.remote, version=self.version, options=settings.remote_options,
                                   timeout=settings.remote_timeout, read_only=settings.remote_read_only)
         return TieredStore(local, self.remote, store_fetched=self.write_entry, count=self.count, warn=warn_once,
-                           signing_key=self.signing_key, retry_after=settings.remote_retry_after)
+                           signing_key=self.signing_key, marker_group=marker_group,
+                           retry_after=settings.remote_retry_after)
 
     def _open(self) -> None:
         """Open the index and do the housekeeping a writable cache does once per process: tag the dir,

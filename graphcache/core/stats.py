@@ -26,7 +26,7 @@ COUNTERS = ("hits", "misses", "compiles", "compile_seconds", "saved_seconds", "b
 # ``hits``), ``remote_errors`` failed or timed-out remote calls and remote entries that failed verification,
 # ``uploads``/``upload_bytes`` entries written through to the remote.
 REMOTE_COUNTERS = ("remote_hits", "remote_errors", "uploads", "upload_bytes")
-# XLA executables (xla.py): hits are approximate (see xla.py), the rest exact. ``xla_pulled``: entries fetched
+# XLA executables (xla/): hits are approximate (see xla/hits.py), the rest exact. ``xla_pulled``: entries fetched
 # from the remote at enable, before TensorFlow's first compile (not in ``remote_hits``, which counts lookups).
 XLA_COUNTERS = ("xla_hits", "xla_compiles", "xla_materialized", "xla_bad_files", "xla_removed", "xla_pulled")
 

@@ -3,17 +3,19 @@
 Layout (``PREFIX`` is the URL given, e.g. ``s3://bucket/team/graphcache`` or ``file:///mnt/shared/gc``)::
 
     PREFIX/v1/<version>/<key>.gce
-    PREFIX/v1/<version>/xla/<xla identity id>/<key>
+    PREFIX/v1/<version>/xla/<group id>/<key>
 
 - ``v1``: the version of this layout.
 - ``<version>``: the compiler version id (``tf2.21.0-1a2b3c4d``, see identity.py: TensorFlow, its git
   version, the entry format and the identity salt). Every entry of an old TensorFlow lives under one
   prefix, dropped in one go by ``graphcache purge --remote --stale``.
 - ``<key>.gce``: the entry, byte for byte the same self-describing file as a local entry (codec.py).
-- ``xla/<xla identity id>/<key>``: a zero-byte marker saying that the entry ``<key>.gce`` is an XLA
-  executable of that XLA identity (xla.py). TensorFlow asks for executables by file name at compile time,
-  so a machine cannot know their keys in advance: at enable it lists its identity's markers (one listing,
-  no entry downloaded) and fetches the entries it lacks. A marker is published only after its entry's
+- ``xla/<group id>/<key>``: a zero-byte marker listing the entry ``<key>.gce`` in a marker group, for
+  readers that must fetch a whole group before they know its keys. The only group so far is an XLA
+  identity (xla/markers.py says which entries get one): TensorFlow asks for executables by file name at
+  compile time, so a machine lists its identity's markers at enable (one listing, no entry downloaded) and
+  fetches the entries it lacks. The store knows groups, not what they mean; the folder keeps the name
+  ``xla`` because that is the layout (``MARKERS_DIR``). A marker is published only after its entry's
   upload succeeded (store/tiered.py), so it never names an entry that was not published yet; it says
   nothing about the entry's content (the entry is fetched and verified like any other), and a marker whose
   entry is gone (purged by key) costs one remote miss. ``scan`` never yields markers; purges remove the
@@ -57,9 +59,10 @@ from .base import Store, StoredFile
 from .local import ENTRY_SUFFIX, TMP_SUFFIX, is_key
 
 LAYOUT = "v1"
-XLA_KIND = "xla"  # the kind of the entries xla.py writes: the ones that get a marker
-XLA_MARKERS = "xla"  # the folder of a version that holds the markers
-_XLA_ID_RE = re.compile(r"[0-9A-Za-z_-]{1,64}")  # an XLA identity id (12 hex digits): one safe path segment
+# The folder of a version that holds the marker groups. Part of layout v1: named after the first (and so
+# far only) kind of group, XLA identities; changing it orphans every published marker.
+MARKERS_DIR = "xla"
+_GROUP_ID_RE = re.compile(r"[0-9A-Za-z_-]{1,64}")  # a marker group id (an XLA identity id: 12 hex digits)
 # Object stores publish an object atomically when its (single or multipart) upload completes: no temp name.
 _OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "oss", "memory"})
 _S3 = frozenset({"s3", "s3a"})
@@ -68,9 +71,9 @@ S3_RETRIES = 2  # attempts s3fs makes at a request that timed out or dropped (it
 T = TypeVar("T")
 
 
-def is_xla_id(text: str) -> bool:
-    """Whether ``text`` can name a folder of XLA markers."""
-    return bool(_XLA_ID_RE.fullmatch(text))
+def is_group_id(text: str) -> bool:
+    """Whether ``text`` can name a marker group (one safe path segment)."""
+    return bool(_GROUP_ID_RE.fullmatch(text))
 
 
 class RemoteError(GraphCacheError):
@@ -228,22 +231,22 @@ class RemoteStore(Store):
         return f"{self.version_prefix(version)}/{key}{ENTRY_SUFFIX}"
 
     def markers_root(self, version: str) -> str:
-        """The folder of a version's XLA markers (see the module docstring)."""
-        return f"{self.version_prefix(version)}/{XLA_MARKERS}"
+        """The folder of a version's marker groups (see the module docstring)."""
+        return f"{self.version_prefix(version)}/{MARKERS_DIR}"
 
-    def markers_prefix(self, xla_id: str, version: str | None = None) -> str:
-        """The folder of ``xla_id``'s markers."""
+    def markers_prefix(self, group: str, version: str | None = None) -> str:
+        """The folder of the marker group ``group``."""
         version = self.version if version is None else version
         if not version:
             raise RemoteError("no compiler version given for a remote path")
-        if not is_xla_id(xla_id):
-            raise RemoteError(f"{xla_id!r} is not an XLA identity id")
-        return f"{self.markers_root(version)}/{xla_id}"
+        if not is_group_id(group):
+            raise RemoteError(f"{group!r} is not a marker group id")
+        return f"{self.markers_root(version)}/{group}"
 
-    def marker_path(self, xla_id: str, key: str, version: str | None = None) -> str:
+    def marker_path(self, group: str, key: str, version: str | None = None) -> str:
         if not is_key(key):
             raise RemoteError(f"{key!r} is not a cache key")
-        return f"{self.markers_prefix(xla_id, version)}/{key}"
+        return f"{self.markers_prefix(group, version)}/{key}"
 
     # -- Store interface -----------------------------------------------------------------------------------
     def read(self, key: str) -> bytes | None:
@@ -275,23 +278,24 @@ class RemoteStore(Store):
                 fs.rm_file(tmp)
             raise
 
-    # -- XLA markers ---------------------------------------------------------------------------------------
-    def publish_marker(self, xla_id: str, key: str) -> None:
-        """List ``key`` under ``xla_id`` (a zero-byte object). Call it after the entry's upload succeeded."""
+    # -- marker groups -------------------------------------------------------------------------------------
+    def publish_marker(self, group: str, key: str) -> None:
+        """List ``key`` in the marker group ``group`` (a zero-byte object). Call it after the entry's upload
+        succeeded."""
         if self.read_only:
             raise RemoteError(f"the remote {self.url} is read-only here")
-        path = self.marker_path(xla_id, key)
+        path = self.marker_path(group, key)
         if not self.atomic_put:  # file systems need the folder; an empty file has no partial state to hide
             self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         self.fs.pipe_file(path, b"")
 
-    def marked_keys(self, xla_id: str) -> list[str]:
-        """The keys listed under ``xla_id`` in the bound version (one listing; no entry is read)."""
-        prefix = self.markers_prefix(xla_id)
-        return sorted({key for group, key, _ in self._markers(prefix) if group == xla_id})
+    def marked_keys(self, group: str) -> list[str]:
+        """The keys listed in the marker group ``group`` of the bound version (one listing; no entry is read)."""
+        prefix = self.markers_prefix(group)
+        return sorted({key for found, key, _ in self._markers(prefix) if found == group})
 
     def _markers(self, under: str) -> Iterator[tuple[str, str, str]]:
-        """(xla identity id, key, path) of every marker below ``under`` (a version's or an identity's folder)."""
+        """(group id, key, path) of every marker below ``under`` (a version's or a group's folder)."""
         fs = self.fs
         fs.invalidate_cache()  # listings are cached by some backends (s3fs): always list afresh
         try:
@@ -301,7 +305,7 @@ class RemoteStore(Store):
         base = f"{self.root}/{LAYOUT}/"
         for path in sorted(found):
             parts = path[len(base):].split("/") if path.startswith(base) else []
-            if len(parts) == 4 and parts[1] == XLA_MARKERS and is_xla_id(parts[2]) and is_key(parts[3]):
+            if len(parts) == 4 and parts[1] == MARKERS_DIR and is_group_id(parts[2]) and is_key(parts[3]):
                 yield parts[2], parts[3], path
 
     def _remove_paths(self, paths: list[str]) -> None:
@@ -326,7 +330,7 @@ class RemoteStore(Store):
         return size
 
     def scan(self) -> Iterator[RemoteFile]:
-        """Every remote entry of every version (temp files, XLA markers and foreign objects are skipped)."""
+        """Every remote entry of every version (temp files, markers and foreign objects are skipped)."""
         fs = self.fs
         base = f"{self.root}/{LAYOUT}"
         fs.invalidate_cache()  # listings are cached by some backends (s3fs): always list afresh
@@ -346,7 +350,7 @@ class RemoteStore(Store):
 
     # -- management (the CLI) ------------------------------------------------------------------------------
     def remove(self, files: Iterable[RemoteFile]) -> tuple[int, int]:
-        """Delete these entries and their XLA markers (batched where the backend can): (count, bytes)."""
+        """Delete these entries and their markers (batched where the backend can): (count, bytes)."""
         files = list(files)
         if not files:
             return 0, 0

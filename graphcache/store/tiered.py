@@ -10,11 +10,12 @@
   read-only here. Uploads run in a background thread, so they never add to the compile that produced
   them; ``flush()`` waits for them, and at interpreter exit they are waited for up to ``EXIT_WAIT``
   seconds (then abandoned, with a log line).
-- XLA executables (xla.py): once an entry whose header says ``kind="xla"`` is uploaded, its marker
-  (``xla/<xla identity id>/<key>``, see remote.py) is published, in the same background job, so ``flush()``
-  covers both and a marker never names an entry that is not there yet. ``marked_keys`` lists an identity's
-  markers and ``prefetch`` copies the entries the local store lacks, downloading in parallel and verifying
-  each exactly as a read-through does; xla.py calls both at enable, before TensorFlow reads its directory.
+- Marker groups (remote.py): GraphCache injects ``marker_group``, the rule naming the group an entry is
+  listed in (xla/markers.py: an XLA executable under its XLA identity). Once such an entry is uploaded, its
+  marker is published in the same background job, so ``flush()`` covers both and a marker never names an
+  entry that is not there yet. ``marked_keys`` lists a group and ``prefetch`` copies the entries the local
+  store lacks, downloading in parallel and verifying each exactly as a read-through does (the XLA
+  directory calls both at enable, before TensorFlow reads it).
 - Fail open, cheaply: a remote that fails or does not answer within the timeout costs one warning per
   process and a ``remote_errors`` count, never a failed compile; the circuit breaker then skips the remote
   for ``retry_after`` seconds (lookups are local only, uploads are dropped) instead of paying the timeout
@@ -45,7 +46,7 @@ from ..core.checked import check
 from ..errors import CorruptEntryError
 from .base import Store, StoredFile
 from .local import LocalStore, is_key
-from .remote import XLA_KIND, RemoteStore, call_with_deadline, is_xla_id
+from .remote import RemoteStore, call_with_deadline
 
 log = logging.getLogger("graphcache")
 
@@ -76,14 +77,16 @@ class TieredStore(Store):
     """``local`` first, ``remote`` behind it. The callbacks come from GraphCache:
 
     ``store_fetched(header, payload)`` keeps a verified remote entry locally (GraphCache.write_entry),
-    ``count(**deltas)`` adds to the persistent counters, ``warn(kind, message)`` warns once per process.
+    ``count(**deltas)`` adds to the persistent counters, ``warn(kind, message)`` warns once per process,
+    ``marker_group(data)`` names the marker group an uploaded entry is listed in (None: not listed).
     Remote bytes are checked exactly as local ones (core/checked.py), with ``signing_key`` when one is set.
     """
 
     def __init__(self, local: LocalStore, remote: RemoteStore, *,
                  store_fetched: Callable[[codec.EntryHeader, bytes], object],
                  count: Callable[..., None], warn: Callable[[str, str], None],
-                 signing_key: bytes | None = None, retry_after: float = 60.0) -> None:
+                 signing_key: bytes | None = None, marker_group: Callable[[bytes], str | None] | None = None,
+                 retry_after: float = 60.0) -> None:
         self.local = local
         self.remote = remote
         self.read_only = local.read_only
@@ -91,6 +94,7 @@ class TieredStore(Store):
         self._count = count
         self._warn = warn
         self._signing_key = signing_key
+        self._marker_group = marker_group
         self.breaker = CircuitBreaker(retry_after)
         self._breaker_lock = threading.Lock()
         self._fetching = threading.local()
@@ -214,16 +218,16 @@ class TieredStore(Store):
         finally:
             self._fetching.key = None
 
-    # -- pulling a list of entries (XLA executables, see xla.py) ---------------------------------------------------
-    def marked_keys(self, xla_id: str) -> list[str]:
-        """The keys the remote lists under an XLA identity (remote.py); [] when the remote is skipped or fails."""
+    # -- pulling a list of entries (a marker group) -----------------------------------------------------------
+    def marked_keys(self, group: str) -> list[str]:
+        """The keys the remote lists in a marker group (remote.py); [] when the remote is skipped or fails."""
         if not self.breaker.closed:
             return []
         try:
-            return call_with_deadline(lambda: self.remote.marked_keys(xla_id), self.remote.timeout,
-                                      f"listing the XLA executables of {xla_id} in {self.remote.url}")
+            return call_with_deadline(lambda: self.remote.marked_keys(group), self.remote.timeout,
+                                      f"listing the marker group {group} in {self.remote.url}")
         except Exception as exc:
-            self._remote_failed(f"listing the XLA executables of identity {xla_id}", exc)
+            self._remote_failed(f"listing the marker group {group}", exc)
             return []
 
     def prefetch(self, keys: Iterable[str]) -> list[str]:
@@ -306,16 +310,16 @@ class TieredStore(Store):
         self._count(uploads=1, upload_bytes=len(data))
         log.info("graphcache: uploaded %s (%d bytes) to %s in %.2fs", key, len(data), self.remote.url,
                  time.perf_counter() - start)
-        xla_id = xla_identity_of(data)
-        if xla_id is not None:
-            self._publish_marker(xla_id, key)
+        group = None if self._marker_group is None else self._marker_group(data)
+        if group is not None:
+            self._publish_marker(group, key)
 
-    def _publish_marker(self, xla_id: str, key: str) -> None:
-        """List an uploaded XLA executable under its identity, so other machines find it before compiling."""
+    def _publish_marker(self, group: str, key: str) -> None:
+        """List an uploaded entry in its marker group, so other machines find it before they need it."""
         try:
-            self.remote.publish_marker(xla_id, key)
-        except Exception as exc:  # the entry is up; only machines that pull at enable miss it
-            self._remote_failed(f"publishing the XLA marker of entry {key}", exc)
+            self.remote.publish_marker(group, key)
+        except Exception as exc:  # the entry is up; only machines that pull the group miss it
+            self._remote_failed(f"publishing the marker of entry {key} in group {group}", exc)
 
     @property
     def pending_uploads(self) -> int:
@@ -326,20 +330,6 @@ class TieredStore(Store):
         """Wait for the queued uploads (at most ``timeout`` seconds); True when none is left pending."""
         with self._cond:
             return self._cond.wait_for(lambda: self._pending == 0, timeout)
-
-
-def xla_identity_of(data: bytes) -> str | None:
-    """The XLA identity id named by an entry's header when it is an XLA executable (xla.py), else None.
-
-    Only the header is parsed and checked: these are bytes this process just encoded, and their payload may
-    be large.
-    """
-    try:
-        header = codec.peek_header(data)
-    except CorruptEntryError:
-        return None
-    xla_id = header.extra.get("xla_identity")
-    return xla_id if header.kind == XLA_KIND and isinstance(xla_id, str) and is_xla_id(xla_id) else None
 
 
 # -- waiting for uploads at exit ------------------------------------------------------------------------------
