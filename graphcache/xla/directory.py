@@ -285,7 +285,7 @@ class XlaCache:
         header = codec.EntryHeader(
             key=entry_key(self.id, name), version=self.cache.version, identity=self.identity,
             name=f"xla:{match['device']}:{match['sig']}", kind=KIND, created=st.st_mtime, compile_seconds=0.0,
-            key_parts={"identity": self.id, "file": xxhash.xxh3_128_hexdigest(name.encode())},
+            key_parts=files.key_parts(self.id, name),
             extra={"file": name, "xla_dir": self.rel_dir, "xla_identity": self.id, "xxh3": digest,
                    "device_type": match["device"]})
         return self.cache.write_entry(header, data)

@@ -22,10 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import xxhash
-
 from .. import wire
 from ..core import kinds
+from ..core.keyparts import combine, hash_text
 from ..store.local import TMP_GRACE_SECONDS, atomic_writer
 
 XLA_DIR = "xla"
@@ -42,8 +41,17 @@ def xla_root(cache_dir: str | os.PathLike[str]) -> Path:
     return Path(cache_dir) / XLA_DIR
 
 
+KEY_PARTS = ("identity", "file")
+
+
+def key_parts(xla_id: str, file_name: str) -> dict[str, str]:
+    """The named parts of an executable's entry key: its XLA identity and TensorFlow's file name (which
+    holds the cluster's and signature's fingerprints and the device type)."""
+    return {"identity": xla_id, "file": hash_text(file_name)}
+
+
 def entry_key(xla_id: str, file_name: str) -> str:
-    return xxhash.xxh3_128_hexdigest(f"{xla_id}/{file_name}".encode())
+    return combine(key_parts(xla_id, file_name), KEY_PARTS)
 
 
 def executables(directory: Path) -> list[str]:
