@@ -38,6 +38,11 @@ _LAZY = {
     "ExperimentalConfig": "graphcache.config",
     "Session": "graphcache.session",
     "SessionCreator": "graphcache.session",
+    "InteractiveSession": "graphcache.session",
+    "install": "graphcache.adoption",
+    "uninstall": "graphcache.adoption",
+    "run_script": "graphcache.adoption",
+    "run_module": "graphcache.adoption",
     "TellMeStepOrLossHook": "graphcache.accelerate",
     "Stats": "graphcache.stats",
     "CacheDir": "graphcache.cachedir",
@@ -50,13 +55,14 @@ _LAZY = {
 
 if TYPE_CHECKING:
     from .accelerate import TellMeStepOrLossHook
+    from .adoption import install, run_module, run_script, uninstall
     from .bundles import export_bundle, import_bundle
     from .cache import GraphCache
     from .cachedir import CacheDir
     from .compiled import CompiledGraph
     from .config import ExperimentalConfig
     from .saved_model import SavedModelFunction, load_saved_model
-    from .session import Session, SessionCreator
+    from .session import InteractiveSession, Session, SessionCreator
     from .stats import Stats
 
 
@@ -93,6 +99,7 @@ __all__ = [
     "GraphCache",
     "GraphCacheError",
     "GraphCacheWarning",
+    "InteractiveSession",
     "InvalidGraphError",
     "SavedModelFunction",
     "Session",
@@ -105,5 +112,9 @@ __all__ = [
     "export_bundle",
     "fingerprint",
     "import_bundle",
+    "install",
     "load_saved_model",
+    "run_module",
+    "run_script",
+    "uninstall",
 ]
