@@ -429,7 +429,7 @@ class _CachingSession:
         if self._plain or feed_list is not None:
             return super().make_callable(fetches, feed_list, accept_options)  # with feeds: TF goes through run()
         tf_session_lib._FetchHandler(self.graph, fetches, {})  # bad fetches fail here, as in TF
-        run = super().run  # TensorFlow's callables bypass the hooks too
+        run = self.run  # hooks included, as for the callables TensorFlow makes with a feed_list
         if accept_options:
             def call_with_options(options=None, run_metadata=None):
                 return run(fetches, options=options, run_metadata=run_metadata)
