@@ -140,7 +140,7 @@ def run_script(path: str | os.PathLike[str], argv: list[str] | tuple[str, ...] =
     argv...``), with ``install(**install_args)`` active; ``children``: its Python child processes install too.
 
     What the script raises propagates (``SystemExit`` included); afterwards ``sys.argv``, ``sys.path`` and
-    the environment are restored, and graphcache is uninstalled unless it was installed before.
+    the environment are restored, and so is the installation (none, or the cache and config it had).
     """
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -152,9 +152,9 @@ def run_script(path: str | os.PathLike[str], argv: list[str] | tuple[str, ...] =
 def run_module(module: str, argv: list[str] | tuple[str, ...] = (), *, children: bool = True,
                **install_args: Any) -> None:
     """``run_script`` for ``python -m module argv...``: the module's code runs as ``__main__``."""
-    if importlib.util.find_spec(module) is None:
-        raise ModuleNotFoundError(f"No module named {module!r}", name=module)
     with _running([module, *argv], os.getcwd(), children, install_args):
+        if importlib.util.find_spec(module) is None:  # looked up as `python -m` does: the cwd first
+            raise ModuleNotFoundError(f"No module named {module!r}", name=module)
         runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
@@ -165,7 +165,8 @@ class _running:
         self._argv, self._path0, self._children, self._install_args = argv, path0, children, install_args
 
     def __enter__(self) -> None:
-        self._was_installed = installed()
+        before = _state
+        self._before = None if before is None else (before.cache, before.experimental_config)
         cache = install(**self._install_args)
         env = child_environment(cache, self._install_args.get("experimental_config")) if self._children else {}
         self._saved = (sys.argv[:], sys.path[:], {name: os.environ.get(name) for name in env})
@@ -182,8 +183,10 @@ class _running:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        if not self._was_installed:
+        if self._before is None:
             uninstall()
+        else:
+            install(self._before[0], experimental_config=self._before[1])
 
 
 def child_environment(cache: Any, experimental_config: Any = None) -> dict[str, str]:

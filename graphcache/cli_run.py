@@ -30,7 +30,7 @@ _OWN_FILES = (_LOOKUP_FILE, "graphcache/cli_run.py", "/runpy.py", "<frozen runpy
 @click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False,
                                         "help_option_names": ["-h", "--help"]},
                short_help="Run a Python script with graphcache installed (no code change).")
-@click.option("-m", "as_module", is_flag=True, help="Run library module ARGS[0] as a script (like python -m).")
+@click.option("-m", "as_module", is_flag=True, help="ARGS[0] is a module to run as a script (like python -m).")
 @click.option("--cache-dir", "cache_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="The cache dir (created when missing) [default: the group's --cache-dir, $GRAPHCACHE_DIR, "
                    "else the user cache dir].")

@@ -42,7 +42,7 @@ _OPTIMIZER_SEGMENT = re.compile(r"(^|/)(?:[A-Za-z]*Optimizer|ConstantFolding|Rem
 _OPTIMIZER_SUFFIX = re.compile(r"-\d+-\w+-LayoutOptimizer$|/_\d+$|_\d+_folded$")
 
 
-class PlainSession(tf.compat.v1.Session):
+class PlainSession(tf_session_lib.Session):
     """tf.compat.v1.Session as it is: what runs the run graph (install() redirects only the exact class)."""
 
 

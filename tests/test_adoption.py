@@ -224,6 +224,16 @@ def test_graphcache_run_is_like_python_argv_exit_status_tracebacks(tmp_path):
     assert "adoption.py" not in proc.stderr and "runpy" not in proc.stderr
     proc = _run(["-m", "graphcache.cli_run", str(tmp_path / "missing.py")])
     assert proc.returncode == 2 and "missing.py" in proc.stderr
+    proc = _run(["-m", "graphcache.cli_run", "--accelerate-train-mode", "fast|sometimes", str(script), "0"])
+    assert proc.returncode == 2 and "SPLIT 'sometimes'" in proc.stderr
+
+
+def test_install_takes_a_cache_or_its_settings_not_both(cache):
+    import pytest
+
+    with pytest.raises(TypeError, match="not both"):
+        graphcache.install(cache, cache_dir="/somewhere")
+    assert not graphcache.adoption.installed()
 
 
 CHILDREN_SCRIPT = '''
