@@ -70,9 +70,12 @@ print("\n" + json.dumps(result.outcomes))
 '''
 
 
+# Read at import: conftest's autouse fixture clears GRAPHCACHE_* variables before each test.
+_GIVEN_PATH = os.environ.get(ENV_PATH)
+
+
 def tf_session_test_path() -> Path | None:
-    value = os.environ.get(ENV_PATH)
-    return Path(value) if value and Path(value).is_file() else None
+    return Path(_GIVEN_PATH) if _GIVEN_PATH and Path(_GIVEN_PATH).is_file() else None
 
 
 def run_suite(path: Path, mode: str, with_graphcache: bool) -> tuple[dict[str, str], str]:
