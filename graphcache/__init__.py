@@ -38,6 +38,11 @@ _LAZY = {
     "ExperimentalConfig": "graphcache.config",
     "Session": "graphcache.session",
     "SessionCreator": "graphcache.session",
+    "InteractiveSession": "graphcache.session",
+    "install": "graphcache.adoption",
+    "uninstall": "graphcache.adoption",
+    "run_script": "graphcache.adoption",
+    "run_module": "graphcache.adoption",
     "TellMeStepOrLossHook": "graphcache.accelerate.hook",
     "Stats": "graphcache.core.stats",
     "CacheDir": "graphcache.core.cachedir",
@@ -50,6 +55,7 @@ _LAZY = {
 
 if TYPE_CHECKING:
     from .accelerate.hook import TellMeStepOrLossHook
+    from .adoption import install, run_module, run_script, uninstall
     from .bundles import export_bundle, import_bundle
     from .cache import GraphCache
     from .compiled import CompiledGraph
@@ -57,7 +63,7 @@ if TYPE_CHECKING:
     from .core.cachedir import CacheDir
     from .core.stats import Stats
     from .saved_model import SavedModelFunction, load_saved_model
-    from .session import Session, SessionCreator
+    from .session import InteractiveSession, Session, SessionCreator
 
 
 def __getattr__(name: str) -> Any:
@@ -94,6 +100,7 @@ __all__ = [
     "GraphCache",
     "GraphCacheError",
     "GraphCacheWarning",
+    "InteractiveSession",
     "InvalidGraphError",
     "SavedModelFunction",
     "Session",
@@ -106,5 +113,9 @@ __all__ = [
     "export_bundle",
     "fingerprint",
     "import_bundle",
+    "install",
     "load_saved_model",
+    "run_module",
+    "run_script",
+    "uninstall",
 ]

@@ -2,13 +2,21 @@
 
 How it works. The user's graph G is left alone. The first time a (feeds, fetches, targets) signature
 runs, its fan-in is compiled through the cache and the compiled graph is imported, under its own name
-scope, into a private run graph R; a tf.compat.v1.Session on R (optimizers off) runs every step. All
-signatures live in that one session, so variable state is shared: every variable keeps the shared name
-it had in G (its node name when it had none), so the copies in each scope resolve to one variable.
-Library functions in compiled graphs are named by their content, so signatures never clash.
+scope, into a private run graph R (graphcache/run_graph.py); a plain session on R (optimizers off) runs
+every step. All signatures live in that one session, so variable state is shared: every variable keeps
+the shared name it had in G (its node name when it had none), so the copies in each scope resolve to one
+variable. Large constants are imported once and shared by the signatures that hold them. Library
+functions in compiled graphs are named by their content, so signatures never clash.
 
-The public surface (fetch structures, feed validation, ``run`` options) is tf.compat.v1.Session's own:
-only the lowest step, ``_do_run``, is redirected from G to R.
+Faithful to tf.compat.v1.Session. The public surface (fetch structures, feed validation, ``run``
+options, the default-session machinery) is TensorFlow's own: only the lowest steps are redirected from G
+to R: ``_do_run`` (``run``, ``partial_run``), ``partial_run_setup``, ``make_callable`` and
+``_make_callable_from_options``. What comes back refers to G: a run error's ``op`` and ``node_def`` are
+G's (TensorFlow's own ``_do_call`` maps the error, after R's names are rewritten to G's), its message
+names G's nodes; a partial-run handle is G's too. A non-interactive TensorFlow session places the whole
+graph, so a node pinned to a device that does not exist fails every run even when it is not run; so it
+does here (checked on G, which R never sees whole). ``InteractiveSession`` is the same over
+tf.compat.v1.InteractiveSession (place-pruned, installs itself as the default session).
 
 A graph the cache cannot take (resource ops such as tables or iterators; ``GRAPHCACHE_DISABLE=1``)
 runs the normal TensorFlow way, on G, with one warning.
@@ -26,11 +34,12 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.core.protobuf import config_pb2
+from tensorflow.python.client import session as tf_session_lib
 
 from . import accelerate, graphs
 from . import xla as _xla
@@ -39,6 +48,8 @@ from .compiled import runtime_config
 from .core import settings
 from .core.failures import warn_once
 from .errors import UnsupportedGraphError
+from .placement import Placement
+from .run_graph import Imported, RunGraph, release_freed_memory, retyped
 
 log = logging.getLogger("graphcache")
 
@@ -46,18 +57,20 @@ _STATEFUL_NAMED = frozenset({"VariableV2", "Variable", "VarHandleOp", "Temporary
 _scope_ids = itertools.count()
 
 
-@dataclass(frozen=True)
-class _Imported:
-    """One compiled signature imported into the run graph under ``scope``."""
+class InstalledDefaults:
+    """What ``graphcache.install()`` set: the cache and experimental_config of sessions given neither."""
 
-    scope: str
-    key: str
-    hit: bool
-    variant: str = ""  # "" for the original precision, else the mixed-precision rewriter's name
-    loss_scaled: bool = False  # feeds accelerate.LOSS_SCALE_FEED and fetches accelerate.ALL_FINITE_FETCH
+    def __init__(self) -> None:
+        self._value: tuple[GraphCache | None, Any] = (None, None)
 
-    def name(self, original: str) -> str:
-        return f"{self.scope}/{original}"
+    def set(self, cache: GraphCache | None, experimental_config: Any) -> None:
+        self._value = (cache, experimental_config)  # one assignment: readers see the old pair or the new
+
+    def get(self) -> tuple[GraphCache | None, Any]:
+        return self._value
+
+
+DEFAULTS = InstalledDefaults()
 
 
 def _shares_state(op_types: set[str]) -> bool:
@@ -86,12 +99,36 @@ def _pin_shared_names(graph_def) -> None:
             node.attr["use_node_name_sharing"].b = False
 
 
-class Session(tf.compat.v1.Session):
-    """``tf.compat.v1.Session`` that compiles each new signature through a GraphCache before its first run."""
+def _signature_key(feeds, fetches, targets) -> tuple:
+    return (tuple(sorted({t.name for t in feeds})), tuple(sorted({t.name for t in fetches})),
+            tuple(sorted({op.name for op in targets})))
+
+
+def _compile_options(config: Any) -> Any:
+    """The ConfigProto a signature is compiled with: the session's, less ``place_pruned_graph`` (placement,
+    not compiling: InteractiveSession forces it, and it should not split the cache)."""
+    if config is None or not config.graph_options.place_pruned_graph:
+        return config
+    out = config_pb2.ConfigProto()
+    out.CopyFrom(config)
+    out.graph_options.place_pruned_graph = False
+    return out
+
+
+class _CachingSession:
+    """The graphcache behaviour, mixed into tf.compat.v1.Session and tf.compat.v1.InteractiveSession."""
 
     def __init__(self, target: str = "", graph: Any = None, config: Any = None, *, cache: GraphCache | None = None,
                  cache_dir: Any = None, experimental_config: Any = None, hooks: Any = None,
                  jit: bool = False) -> None:
+        # First, so that close() and __del__ work whatever fails below (a missing cache dir, a bad target).
+        self._runner: RunGraph | None = None
+        self._hooks = list(hooks or [])
+        self._hooks_ended = True
+        self._signatures: dict[tuple, Imported] = {}
+        self._partial_runs: dict[str, tuple[str, Imported]] = {}
+        if cache is None and cache_dir is None and experimental_config is None:
+            cache, experimental_config = DEFAULTS.get()
         if cache_dir is None and experimental_config is not None:
             cache_dir = experimental_config.graph_compiler_cache_dir
         self._plain = settings.disabled()
@@ -101,23 +138,21 @@ class Session(tf.compat.v1.Session):
             # before its first op, so this comes before the session exists.
             config = _xla.jit_config(config, cache=self._cache)
         super().__init__(target, graph, config)
-        self._user_config = config
-        self._run_graph = tf.Graph()
-        self._run_session = tf.compat.v1.Session(target, graph=self._run_graph, config=runtime_config(config))
-        self._signatures: dict[tuple, _Imported] = {}
+        self._compile_config = _compile_options(self._config)
+        self._runner = RunGraph(target, runtime_config(self._config))
         self._prepare_lock = threading.RLock()
         self._checked = False
+        self._placement = Placement(self._config, self.graph, self._runner.session.list_devices)
         mode = getattr(experimental_config, "accelerate", None)
         self._accelerator = accelerate.Accelerator(mode, config) if mode is not None else None
         if self._accelerator is not None and self._plain:
             warn_once("accelerate_plain", f"graphcache: accelerate_train_mode={mode.text!r} is ignored: "
                                           "GRAPHCACHE_DISABLE=1 runs this session the plain TensorFlow way")
             self._accelerator = None
-        self._hooks = list(hooks or [])
         self._in_hooks = threading.local()
         self._should_stop = False
         self._exiting_with_error = False
-        self._hooks_ended = False
+        self._hooks_ended = not self._hooks
         if self._hooks:
             try:
                 with self.graph.as_default():
@@ -141,13 +176,18 @@ class Session(tf.compat.v1.Session):
         return self._cache
 
     @property
-    def compiled_signatures(self) -> dict[tuple, _Imported]:
+    def compiled_signatures(self) -> dict[tuple, Imported]:
         """(feeds, fetches, targets) -> where its compiled graph lives; for inspection and tests.
 
         A reduced-precision variant (accelerate_train_mode) is keyed (feeds, fetches, targets, rewriter).
         """
         return {key if not variant else (*key, variant): imported
                 for (key, variant), imported in self._signatures.items()}
+
+    @property
+    def _run_graph(self):
+        """The private run graph (tests look inside it)."""
+        return self._runner.graph
 
     # -- hooks (MonitoredSession's protocol) ---------------------------------------------------------------
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
@@ -196,46 +236,70 @@ class Session(tf.compat.v1.Session):
         """True once a hook asked to stop (``run_context.request_stop()``), as in MonitoredSession."""
         return self._should_stop
 
-    def __exit__(self, exec_type, exec_value, exec_tb):
-        self._exiting_with_error = exec_type is not None
-        return super().__exit__(exec_type, exec_value, exec_tb)
-
-    # -- the redirected step -------------------------------------------------------------------------------
+    # -- the redirected steps ------------------------------------------------------------------------------
     def _do_run(self, handle, target_list, fetch_list, feed_dict, options, run_metadata):
-        if handle is not None:
-            raise NotImplementedError("graphcache.Session does not support partial_run; use session.run")
         if self._plain:
             return super()._do_run(handle, target_list, fetch_list, feed_dict, options, run_metadata)
-        feeds = [ref.deref() for ref in feed_dict]
-        signature_key = (
-            tuple(sorted(t.name for t in feeds)),
-            tuple(sorted({t.name for t in fetch_list})),
-            tuple(sorted({op.name for op in target_list})),
-        )
+        self._check_placement()
+        if handle is not None:
+            return self._partial_run_step(handle, target_list, fetch_list, feed_dict)
+        signature_key = _signature_key([ref.deref() for ref in feed_dict], fetch_list, target_list)
         variant = None
         if self._accelerator is not None:
             variant = self._accelerator.variant_for_run(
                 self.graph, [t.op.name for t in fetch_list] + [op.name for op in target_list])
-        imported = self._signatures.get((signature_key, variant.rewriter if variant else "")) \
-            or self._prepare(signature_key, variant)
-        if imported is None:  # the session switched to plain TensorFlow
-            return super()._do_run(handle, target_list, fetch_list, feed_dict, options, run_metadata)
-        graph = self._run_graph
+        imported = self._signatures.get((signature_key, variant.rewriter if variant else ""))
+        if imported is None:
+            imported = self._prepare(signature_key, variant)
+            if imported is None:  # the session switched to plain TensorFlow
+                return super()._do_run(handle, target_list, fetch_list, feed_dict, options, run_metadata)
+            try:
+                return self._run_imported(imported, target_list, fetch_list, feed_dict, options, run_metadata)
+            finally:  # the compile, the import and the first run's set-up freed copies of the graph
+                release_freed_memory()
+        return self._run_imported(imported, target_list, fetch_list, feed_dict, options, run_metadata)
+
+    def _run_imported(self, imported, target_list, fetch_list, feed_dict, options, run_metadata):
+        graph = self._runner.graph
         run_fetches = [graph.get_tensor_by_name(imported.name(t.name)) for t in fetch_list]
         run_targets = [graph.get_operation_by_name(imported.name(op.name)) for op in target_list]
         run_feeds = {graph.get_tensor_by_name(imported.name(ref.deref().name)).ref(): value
                      for ref, value in feed_dict.items()}
         if not imported.loss_scaled:
-            return self._run_session._do_run(None, run_targets, run_fetches, run_feeds, options, run_metadata)
+            return self._call_run_graph(self._runner.run, options, run_feeds, run_fetches, run_targets, run_metadata)
         loss_scale = self._accelerator.loss_scale
         run_feeds[graph.get_tensor_by_name(imported.name(accelerate.LOSS_SCALE_FEED)).ref()] = \
             np.float32(loss_scale.value)
         run_fetches.append(graph.get_tensor_by_name(imported.name(accelerate.ALL_FINITE_FETCH)))
-        results = self._run_session._do_run(None, run_targets, run_fetches, run_feeds, options, run_metadata)
+        results = self._call_run_graph(self._runner.run, options, run_feeds, run_fetches, run_targets, run_metadata)
         loss_scale.update(bool(results.pop()))
         return results
 
-    def _prepare(self, signature_key: tuple, variant: accelerate.Variant | None = None) -> _Imported | None:
+    def _check_placement(self) -> None:
+        message = self._placement.misplaced()
+        if message is not None:
+            raise self._user_error(tf.errors.InvalidArgumentError(None, None, message))
+
+    def _call_run_graph(self, fn, *args):
+        """``fn(*args)`` on the run graph, its TensorFlow errors turned into errors about the user's graph.
+
+        The run graph's names are rewritten to the user's, then TensorFlow's own ``_do_call`` of this session
+        (whose graph is the user's) finds the op, fills ``op``/``node_def`` and interpolates the message,
+        exactly as for a plain session.
+        """
+        run, graph = self._runner, self.graph
+
+        def translated(*call_args):
+            try:
+                return fn(*call_args)
+            except tf.errors.OpError as exc:
+                if self._closed:  # closed by another thread after this run began
+                    raise RuntimeError("Attempted to use a closed Session.") from None
+                raise retyped(exc, run.user_message(exc.message, graph)) from None
+
+        return self._do_call(translated, *args)
+
+    def _prepare(self, signature_key: tuple, variant: accelerate.Variant | None = None) -> Imported | None:
         variant_name = variant.rewriter if variant else ""
         with self._prepare_lock:
             if (signature_key, variant_name) in self._signatures:
@@ -248,9 +312,9 @@ class Session(tf.compat.v1.Session):
                 if offending:
                     self._go_plain(offending)
                     return None
-            options, label, loss_scaled = self._user_config, ",".join(fetches + targets)[:100], False
+            options, label, loss_scaled = self._compile_config, ",".join(fetches + targets)[:100], False
             if variant is not None:
-                options = accelerate.variant_options(self._user_config, variant)
+                options = accelerate.variant_options(self._compile_config, variant)
                 label = f"{label[:80]}@{variant.dtype}"
                 if variant.loss_scaling:
                     roots = [name.rpartition(":")[0] for name in fetches] + list(targets)
@@ -273,17 +337,20 @@ class Session(tf.compat.v1.Session):
                 else:
                     self._go_plain(exc.nodes)
                     return None
+            del graph_def  # a frozen model's weights: not held while the compiled graph is imported
+            run_graph_def = None
             if variant is not None or _shares_state(compiled.op_types()):
-                # Parsed and edited in place; import_into then imports the edited GraphDef. Stateless
-                # graphs skip this and are imported from their bytes as they are (no parse).
+                # Parsed and edited in place, then imported. Stateless graphs skip this and are imported
+                # from their bytes as they are (no parse) when nothing can be shared.
                 run_graph_def = compiled.graph_def
                 if variant is not None and not accelerate.low_precision_casts(run_graph_def, variant.dtype):
                     warn_once("accelerate_no_casts", f"graphcache: {variant.rewriter} converted nothing in "
                               f"{label} to {variant.dtype}: it trains at the original precision")
                 _pin_shared_names(run_graph_def)
             scope = f"graphcache_{next(_scope_ids)}"
-            compiled.import_into(self._run_graph, name=scope)
-            imported = _Imported(scope, compiled.key, compiled.hit, variant_name, loss_scaled)
+            keep = {name.rpartition(":")[0] for name in (*feeds, *fetches)} | set(targets)
+            self._runner.add(compiled, scope, keep, run_graph_def)
+            imported = Imported(scope, compiled.key, compiled.hit, variant_name, loss_scaled)
             self._signatures[(signature_key, variant_name)] = imported
             return imported
 
@@ -298,26 +365,122 @@ class Session(tf.compat.v1.Session):
         if self._cache is not None:
             self._cache.count_uncacheable("resource_ops")
 
-    # -- the rest of the Session surface -------------------------------------------------------------------
-    def make_callable(self, fetches, feed_list=None, accept_options=False):
-        feed_list = list(feed_list or [])
-
-        def call(*args, **kwargs):
-            if len(args) != len(feed_list):
-                raise TypeError(f"expected {len(feed_list)} feed values, got {len(args)}")
-            options = kwargs.pop("options", None) if accept_options else None
-            run_metadata = kwargs.pop("run_metadata", None) if accept_options else None
-            return self.run(fetches, feed_dict=dict(zip(feed_list, args, strict=True)), options=options,
-                            run_metadata=run_metadata)
-
-        return call
-
+    # -- partial runs --------------------------------------------------------------------------------------
     def partial_run_setup(self, fetches, feeds=None):
-        raise NotImplementedError("graphcache.Session does not support partial_run; use session.run")
+        if self._plain:
+            return super().partial_run_setup(fetches, feeds)
+        if self._closed:
+            raise RuntimeError("Attempted to use a closed Session.")
+        if self.graph.version == 0:
+            raise RuntimeError("The Session graph is empty. Add operations to the graph before calling run().")
+        feed_tensors = _partial_run_feeds(self.graph, feeds)
+        handler = tf_session_lib._FetchHandler(self.graph, fetches, {})  # TensorFlow's own fetch validation
+        fetch_tensors, targets = handler.fetches(), handler.targets()
+        self._check_placement()
+        signature_key = _signature_key(feed_tensors, fetch_tensors, targets)
+        imported = self._signatures.get((signature_key, ""))
+        if imported is None:
+            imported = self._prepare(signature_key)
+            release_freed_memory()
+        if imported is None:
+            return super().partial_run_setup(fetches, feeds)
+        graph = self._runner.graph
+        handle = self._call_run_graph(
+            self._runner.partial_run_setup, [graph.get_tensor_by_name(imported.name(t.name)) for t in feed_tensors],
+            [graph.get_tensor_by_name(imported.name(t.name)) for t in fetch_tensors],
+            [graph.get_operation_by_name(imported.name(op.name)) for op in targets])
+        user_handle = self._runner.user_message(handle, self.graph)  # the handle names tensors too
+        self._partial_runs[user_handle] = (handle, imported)
+        return user_handle
 
+    def _partial_run_step(self, handle, target_list, fetch_list, feed_dict):
+        known = self._partial_runs.get(handle)
+        if known is None:  # not ours: TensorFlow's own error for a handle it never gave out
+            return super()._do_run(handle, target_list, fetch_list, feed_dict, None, None)
+        if target_list:
+            raise RuntimeError("partial_run() requires empty `target_list`. "
+                               f"Received: target_list={target_list} (non-empty)")
+        run_handle, imported = known
+        graph = self._runner.graph
+
+        def run_tensor(tensor, what):
+            try:
+                return graph.get_tensor_by_name(imported.name(tensor.name))
+            except KeyError:  # pruned by the compile: not part of this partial run, as TensorFlow would say
+                raise self._user_error(tf.errors.InvalidArgumentError(
+                    None, None, f"The {what} {tensor.name} was not specified in partial_run_setup.")) from None
+
+        run_feeds = {run_tensor(ref.deref(), "feed").ref(): value for ref, value in feed_dict.items()}
+        run_fetches = [run_tensor(t, "fetch") for t in fetch_list]
+        return self._call_run_graph(self._runner.partial_run, run_handle, run_feeds, run_fetches)
+
+    def _user_error(self, error: tf.errors.OpError) -> tf.errors.OpError:
+        """``error`` as TensorFlow's ``_do_call`` would raise it for this session's graph."""
+        def fail():
+            raise error
+
+        try:
+            self._do_call(fail)
+        except tf.errors.OpError as mapped:
+            return mapped
+        return error
+
+    # -- callables -----------------------------------------------------------------------------------------
+    def make_callable(self, fetches, feed_list=None, accept_options=False):
+        if self._plain or feed_list is not None:
+            return super().make_callable(fetches, feed_list, accept_options)  # with feeds: TF goes through run()
+        tf_session_lib._FetchHandler(self.graph, fetches, {})  # bad fetches fail here, as in TF
+        run = self.run  # hooks included, as for the callables TensorFlow makes with a feed_list
+        if accept_options:
+            def call_with_options(options=None, run_metadata=None):
+                return run(fetches, options=options, run_metadata=run_metadata)
+
+            return call_with_options
+        return lambda: run(fetches)
+
+    def _make_callable_from_options(self, callable_options):
+        if self._plain:
+            return super()._make_callable_from_options(callable_options)
+        graph = self.graph
+        feeds = [graph.as_graph_element(name, allow_operation=False) for name in callable_options.feed]
+        fetches = [graph.as_graph_element(name, allow_operation=False) for name in callable_options.fetch]
+        targets = [graph.as_graph_element(name, allow_tensor=False) for name in callable_options.target]
+        connected = [(graph.as_graph_element(c.from_tensor, allow_operation=False),
+                      graph.as_graph_element(c.to_tensor, allow_operation=False))
+                     for c in callable_options.tensor_connection]
+        if self._accelerator is not None:  # the precision switch and loss scaling happen per run
+            return _RunCallable(self, feeds, fetches, targets, callable_options.run_options) if not connected \
+                else super()._make_callable_from_options(callable_options)
+        self._check_placement()
+        signature_key = _signature_key(feeds + [to for _, to in connected], fetches + [f for f, _ in connected],
+                                       targets)
+        imported = self._signatures.get((signature_key, ""))
+        if imported is None:
+            imported = self._prepare(signature_key)
+            release_freed_memory()
+        if imported is None:
+            return super()._make_callable_from_options(callable_options)
+        scoped = config_pb2.CallableOptions()
+        scoped.CopyFrom(callable_options)
+        del scoped.feed[:], scoped.fetch[:], scoped.target[:], scoped.tensor_connection[:]
+        scoped.feed.extend(imported.name(t.name) for t in feeds)
+        scoped.fetch.extend(imported.name(t.name) for t in fetches)
+        scoped.target.extend(imported.name(op.name) for op in targets)
+        for from_tensor, to_tensor in connected:
+            scoped.tensor_connection.add(from_tensor=imported.name(from_tensor.name),
+                                         to_tensor=imported.name(to_tensor.name))
+        for devices in (scoped.feed_devices, scoped.fetch_devices):
+            named = {imported.name(graph.as_graph_element(k, allow_operation=False).name): v
+                     for k, v in devices.items()}
+            devices.clear()
+            devices.update(named)
+        return self._call_run_graph(self._runner.make_callable, scoped, self.graph)
+
+    # -- closing -------------------------------------------------------------------------------------------
     def __del__(self):
         self._hooks_ended = True  # no hook callbacks from the garbage collector
-        super().__del__()
+        if "_session" in self.__dict__:  # else construction failed before TensorFlow's session existed
+            super().__del__()
 
     def close(self) -> None:
         if self._hooks and not self._hooks_ended and not self._exiting_with_error and not self._closed:
@@ -329,9 +492,57 @@ class Session(tf.compat.v1.Session):
             finally:
                 self._in_hooks.active = False
         try:
-            self._run_session.close()
+            if "_session" in self.__dict__:
+                super().close()
         finally:
-            super().close()
+            if self._runner is not None:
+                self._runner.close()
+
+
+class Session(_CachingSession, tf.compat.v1.Session):
+    """``tf.compat.v1.Session`` that compiles each new signature through a GraphCache before its first run."""
+
+    def __exit__(self, exec_type, exec_value, exec_tb):
+        self._exiting_with_error = exec_type is not None
+        return super().__exit__(exec_type, exec_value, exec_tb)
+
+
+class InteractiveSession(_CachingSession, tf.compat.v1.InteractiveSession):
+    """``tf.compat.v1.InteractiveSession`` (the default session from construction on, place-pruned) that
+    compiles each new signature through a GraphCache before its first run."""
+
+
+class _RunCallable:
+    """A ``_make_callable_from_options`` callable that goes through ``run`` (accelerate_train_mode sessions:
+    the precision switch and the loss scale are decided per run). Returns the fetched values as a list."""
+
+    def __init__(self, session: Any, feeds: list, fetches: list, targets: list, run_options: Any) -> None:
+        self._session_run = super(_CachingSession, session).run
+        self._feeds, self._fetches, self._targets = feeds, fetches, targets
+        self._options = run_options if run_options.ByteSize() else None
+
+    def __call__(self, *args, run_metadata=None):
+        if len(args) != len(self._feeds):
+            raise TypeError(f"expected {len(self._feeds)} feed values, got {len(args)}")
+        results = self._session_run(self._fetches + self._targets, feed_dict=dict(zip(self._feeds, args, strict=True)),
+                            options=self._options, run_metadata=run_metadata)
+        return results[:len(self._fetches)]
+
+
+def _partial_run_feeds(graph: Any, feeds: Any) -> list:
+    """The feed tensors of ``partial_run_setup(fetches, feeds)``, expanded as TensorFlow expands them."""
+    if feeds is None:
+        feeds = []
+    if not isinstance(feeds, list | tuple):
+        feeds = [feeds]
+    out = []
+    for feed in feeds:
+        expand = next((fn for kind, _, _, fn in tf_session_lib._REGISTERED_EXPANSIONS if isinstance(feed, kind)), None)
+        if expand is None:
+            raise TypeError(f'Feed argument {feed} has invalid type "{type(feed).__name__}"')
+        for subfeed in expand(feed):
+            out.append(graph.as_graph_element(subfeed, allow_tensor=True, allow_operation=False))
+    return out
 
 
 class SessionCreator(tf.compat.v1.train.SessionCreator):

@@ -14,6 +14,7 @@
     export FILE  write entries (default: every entry of the current version) to one .tar.zst bundle
     import FILE  verify a bundle completely, then add its entries
     push [KEY...] upload entries the remote cache lacks (default: every entry of the current version)
+    run SCRIPT   run a Python script (or -m MODULE) with every TF1 session compiled through the cache
 
 Data (tables, JSON, keys) goes to stdout, messages, prompts and progress bars to stderr. Handlers raise;
 the one runner, :func:`graphcache.cli.app.run`, maps exceptions to exit codes: 0 success (an empty or
@@ -21,12 +22,13 @@ missing cache included), 1 runtime failure, 2 usage error, 130 interrupted. ``GR
 tracebacks.
 
 Only TensorFlow-free modules are imported here (``import tensorflow`` alone takes over 2 s); ``warm``
-imports it inside the command. The modules, which import one way only (app -> commands -> helpers):
+and ``run`` import it inside the command. The modules, which import one way only (app -> commands -> helpers):
 
     app        the group, main (the console script) and the runner
     info       dir, stats, zero-stats
     manage     ls, show, purge, verify
     share      warm, export, import, push
+    run        run (zero-code adoption: graphcache/adoption.py)
     remote     ls --remote, purge --remote, and the remote calls push makes
     selection  key prefixes, filters and purge plans: which entries a command means
     options    option declarations and parsers, environment settings, the cache dir (State, open_cache)
