@@ -122,6 +122,7 @@ class GraphCache:
         remote_retry_after: float | str | None = None,
         remote_options: dict[str, Any] | None = None,
         xla: bool | None = None,
+        functions: bool | None = None,
     ) -> None:
         if on_version_change not in ("purge", "keep"):
             raise ValueError(f"on_version_change={on_version_change!r}: use 'purge' or 'keep'")
@@ -177,6 +178,9 @@ class GraphCache:
             self._open()
         if not self.disabled and _xla.requested(xla):  # XLA executables under this cache (xla.py)
             _xla.enable_xla(self)
+        if not self.disabled and settings.resolve_flag(functions, settings.ENV_FUNCTIONS):
+            from . import functions as _functions  # TF2 functions' first calls (functions/)
+            _functions.enable(self)
 
     # -- opening -------------------------------------------------------------------------------------------
     def _open(self) -> None:

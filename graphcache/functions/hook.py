@@ -1,0 +1,231 @@
+"""The hook: every eager function call passes here; a first call is served from the cache or stored.
+
+Hook point. Every eager call of a tf.function, a ConcreteFunction, a Keras step function or a function
+restored by ``tf.saved_model.load`` ends in ``context.Context.call_function(name, inputs, num_outputs)``
+(polymorphic_function/atomic_function.py, ``AtomicFunction.call_flat``), which runs the function's eager
+kernel; the kernel is instantiated, and the function optimized, inside the first such call for a (name,
+device scope, call options) combination (TensorFlow's eager kernel cache keeps it afterwards). graphcache
+wraps that method. Later calls cost one set lookup here.
+
+A first call:
+
+1. describes the call (keying.py): the FunctionDef, the functions it reaches, the key parts, the fast key;
+2. looks up the fast key's alias, else the canonical key (computing it), and verifies the entry
+   (codec checksums, signature, then the payload: optimized.check_payload);
+3. hit: the entry is handed to TensorFlow's own file cache through a private directory for this one call
+   (tfdir.py); TensorFlow skips OptimizeFunctionGraph (placer, Grappler, the graph passes) and goes on
+   with partitioning and the kernels' creation;
+4. miss: the call runs with TensorFlow's graph collector on; the optimized graph is taken from what it
+   collected, turned into the entry (optimized.build) and stored with an alias for the fast key.
+
+Threads. First calls are handled one at a time (a process-wide lock held for the call: the variable
+TensorFlow reads and the graph collector are process-wide). A first call that finds the lock taken (a
+first call in another thread, or a call made from inside a running first call, e.g. by a py_function)
+runs the normal TensorFlow way, uncached, rather than wait: waiting could deadlock. While a hit's call
+runs, TensorFlow instantiations outside this hook in other threads (tf.data functions, TF1 sessions)
+also see the directory; they could only read its one file if their function had the same name (tracing
+counter aside) and node count as the function being loaded.
+
+Fail open: anything failing here warns once (graphcache.core.failures), is counted, and the call runs the
+normal way. Exceptions of the call itself reach the caller unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from .. import codec
+from ..core.failures import STORAGE_ERRORS
+from ..errors import CacheIOError, CorruptEntryError, UntrustedEntryError
+from . import keying, optimized
+from .tfdir import TFDir, take_over_variable
+
+if TYPE_CHECKING:
+    from ..cache import GraphCache
+
+log = logging.getLogger("graphcache")
+
+KIND = "tf_function"
+ALIAS_KIND = "tf_function_alias"
+XLA_ATTR = "_XlaMustCompile"
+# Ops every instantiated function graph has that its FunctionDef body does not (function_ops.cc).
+INSTANTIATION_OPS = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval"})
+# Functions below this many nodes are left to TensorFlow, and first calls faster than MIN_STORE_SECONDS are
+# not stored: a hit costs a lookup, a parse and a file, more than optimizing such a function (see the
+# README's "TF2 functions" section for the measurement behind these values).
+MIN_NODES = 0
+MIN_STORE_SECONDS = 0.0
+
+
+class FunctionCache:
+    """The first-call logic of one GraphCache (one per process: see __init__.enable)."""
+
+    def __init__(self, cache: GraphCache) -> None:
+        self.cache = cache
+        self.dir = TFDir()
+        self._seen: set[tuple[Any, ...]] = set()
+        self._lock = threading.Lock()
+        self._identity_hash: str | None = None
+        take_over_variable()
+
+    # -- the wrapper ---------------------------------------------------------------------------------------
+    def call(self, original: Any, ctx: Any, name: bytes, tensor_inputs: list[Any], num_outputs: int) -> Any:
+        options = ctx.function_call_options
+        seen = (name, ctx.device_name, options.config_proto_serialized, options.executor_type)
+        if seen in self._seen:
+            return original(ctx, name, tensor_inputs, num_outputs)
+        self._seen.add(seen)
+        if not self._lock.acquire(blocking=False):  # another first call is running: never wait (see above)
+            log.debug("graphcache: %s first-called while another first call runs: not cached", name)
+            return original(ctx, name, tensor_inputs, num_outputs)
+        try:
+            return self._first_call(original, ctx, name, tensor_inputs, num_outputs, options)
+        finally:
+            self._lock.release()
+
+    def _first_call(self, original: Any, ctx: Any, name: bytes, tensor_inputs: list[Any], num_outputs: int,
+                    options: Any) -> Any:
+        def run() -> Any:
+            return original(ctx, name, tensor_inputs, num_outputs)
+
+        try:
+            call = self._describe(ctx, name.decode(), tensor_inputs, options)
+            found = None if call is None else self._lookup(call)
+        except CacheIOError:
+            raise
+        except Exception as exc:  # a TensorFlow or protobuf surprise: never the user's problem
+            self._failed("describing the function call", exc)
+            return run()
+        if call is None:
+            return run()
+        if found is not None:
+            return self._hit(call, found, run)
+        return self._miss(call, ctx, run)
+
+    # -- describing and looking up -------------------------------------------------------------------------
+    def _describe(self, ctx: Any, name: str, tensor_inputs: list[Any], options: Any) -> keying.FunctionCall | None:
+        fdef = ctx.get_function_def(name)
+        if XLA_ATTR in fdef.attr and fdef.attr[XLA_ATTR].b:
+            return None  # jit_compile functions: XLA compiles them (their executables: xla=True)
+        if len(fdef.node_def) < MIN_NODES:
+            return None
+        if self._identity_hash is None:
+            self._identity_hash = keying.identity_hash(self.cache.identity)
+        return keying.describe_call(ctx, fdef, tensor_inputs, options, self._identity_hash)
+
+    def _lookup(self, call: keying.FunctionCall) -> tuple[codec.EntryHeader, bytes | memoryview] | None:
+        alias = self.cache.read_entry(call.fast_key)
+        if alias is not None:
+            header, payload = alias
+            target = bytes(payload).decode("ascii", "replace")
+            if header.kind == ALIAS_KIND and target == header.extra.get("target"):
+                found = self._read_function(target, call)
+                if found is not None:
+                    return found
+        fingerprint = call.canonical()
+        found = self._read_function(fingerprint.key, call)
+        if found is not None and alias is None:
+            self._write_alias(call, fingerprint.key)
+        return found
+
+    def _read_function(self, key: str, call: keying.FunctionCall
+                       ) -> tuple[codec.EntryHeader, bytes | memoryview] | None:
+        entry = self.cache.read_entry(key)
+        if entry is None:
+            return None
+        header, payload = entry
+        if header.kind != KIND:
+            return None
+        try:
+            optimized.check_payload(payload, call.fdef, call.source_ops() | INSTANTIATION_OPS)
+        except UntrustedEntryError as exc:
+            self.cache.discard_untrusted(key, str(exc))
+            return None
+        except CorruptEntryError as exc:
+            self.cache.discard_corrupt(key, exc)
+            return None
+        return header, payload
+
+    # -- hit -----------------------------------------------------------------------------------------------
+    def _hit(self, call: keying.FunctionCall, found: tuple[codec.EntryHeader, bytes | memoryview], run: Any) -> Any:
+        header, payload = found
+        file_name = optimized.tf_file_name(call.name, len(call.fdef.node_def))
+        try:
+            served = self.dir.place(file_name, optimized.tf_file_bytes(call.name, payload))
+        except STORAGE_ERRORS as exc:
+            self.cache.failure("io_error", "handing a function graph to TensorFlow", exc)
+            return run()
+        try:
+            outputs = run()
+        finally:
+            self.dir.release(served)
+        if served.read:
+            self.cache.count(function_hits=1, saved_seconds=header.compile_seconds)
+            log.info("graphcache function hit %s key=%s", call.name, header.key)
+        else:  # its kernel existed already (called before graphcache was enabled), or TensorFlow changed
+            log.debug("graphcache: TensorFlow did not read the cached graph of %s", call.name)
+        return outputs
+
+    # -- miss ----------------------------------------------------------------------------------------------
+    def _miss(self, call: keying.FunctionCall, ctx: Any, run: Any) -> Any:
+        if self.cache.read_only:
+            self.cache.count(function_compiles=1)
+            self.cache.count_uncacheable("read_only")
+            return run()
+        ctx.enable_graph_collection()
+        start = time.perf_counter()
+        metadata = None
+        try:
+            outputs = run()
+        finally:
+            seconds = time.perf_counter() - start
+            try:
+                metadata = ctx.export_run_metadata()
+            finally:
+                ctx.disable_graph_collection()
+        self.cache.count(function_compiles=1)
+        if seconds >= MIN_STORE_SECONDS and metadata is not None:
+            try:
+                self._store(call, metadata, seconds)
+            except CacheIOError:
+                raise
+            except Exception as exc:
+                self._failed(f"storing the optimized graph of {call.name}", exc)
+        return outputs
+
+    def _store(self, call: keying.FunctionCall, metadata: Any, seconds: float) -> None:
+        graph = optimized.pick_collected(metadata.function_graphs, call.fdef)
+        if graph is None:
+            log.debug("graphcache: no optimized graph of %s was collected (its kernel existed already?)", call.name)
+            return
+        try:
+            payload = optimized.build(call.fdef, graph, seconds)
+        except optimized.NotStorable as exc:
+            log.info("graphcache: function %s is not cached: %s", call.name, exc)
+            return
+        fingerprint = call.canonical()
+        header = codec.EntryHeader(
+            key=fingerprint.key, version=self.cache.version, identity=self.cache.identity, name=call.name,
+            kind=KIND, created=time.time(), compile_seconds=seconds, key_parts=fingerprint.parts,
+            extra={"nodes": len(call.fdef.node_def), "optimized_nodes": len(graph.node),
+                   "inputs": len(call.fdef.signature.input_arg), "outputs": len(call.fdef.signature.output_arg),
+                   "library": sorted(call.library)})
+        if self.cache.write_entry(header, payload):
+            self._write_alias(call, fingerprint.key)
+            log.info("graphcache function stored %s key=%s %.3fs", call.name, fingerprint.key, seconds)
+
+    def _write_alias(self, call: keying.FunctionCall, target: str) -> None:
+        if self.cache.read_only:
+            return
+        header = codec.EntryHeader(
+            key=call.fast_key, version=self.cache.version, identity=self.cache.identity, name=call.name,
+            kind=ALIAS_KIND, created=time.time(), extra={"target": target})
+        self.cache.write_entry(header, target.encode("ascii"))
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        """An unexpected failure of graphcache's own (not of the call): strict raises, else warn once, count."""
+        self.cache.failure("function_error", what, exc, consequence="the function is compiled without the cache",
+                           uncacheable=False)
