@@ -469,7 +469,9 @@ class GraphCache:
     def wait_for_writes(self, timeout: float | None = None) -> bool:
         """Wait for entries this cache is writing in the background (big misses, see background.py);
         True when none is left."""
-        return self._writes.wait(timeout)
+        from . import functions as _functions  # entries of TF2 functions' first calls (functions/)
+        functions_done = _functions.wait_for_writes(timeout)
+        return self._writes.wait(timeout) and functions_done
 
     def flush(self, timeout: float | None = None) -> bool:
         """Store new XLA executables, then wait (at most ``timeout`` seconds) for background uploads to the

@@ -74,6 +74,12 @@ def enable(cache: GraphCache) -> FunctionCache | None:
         return _active
 
 
+def wait_for_writes(timeout: float | None = None) -> bool:
+    """Wait for function entries being stored in the background; True when none is left."""
+    function_cache = _active
+    return True if function_cache is None else function_cache.wait_for_writes(timeout)
+
+
 def disable() -> None:
     """Stop caching (the wrapper stays installed and passes every call through)."""
     global _active
@@ -82,22 +88,23 @@ def disable() -> None:
 
 
 def _install() -> None:
+    """Wrap ``AtomicFunction.call_flat`` once per process (see hook.py for why there)."""
     global _original
     if _original is not None:
         return
-    from tensorflow.python.eager import context
+    from tensorflow.python.eager.polymorphic_function import atomic_function
 
-    original = context.Context.call_function
+    original = atomic_function.AtomicFunction.call_flat
 
-    def call_function(ctx: Any, name: bytes, tensor_inputs: list[Any], num_outputs: int) -> Any:
+    def call_flat(atomic: Any, *args: Any) -> Any:
         function_cache = _active
         if function_cache is None:
-            return original(ctx, name, tensor_inputs, num_outputs)
-        return function_cache.call(original, ctx, name, tensor_inputs, num_outputs)
+            return original(atomic, *args)
+        return function_cache.call(original, atomic, args)
 
-    call_function.__wrapped__ = original  # type: ignore[attr-defined]
-    context.Context.call_function = call_function
+    call_flat.__wrapped__ = original  # type: ignore[attr-defined]
+    atomic_function.AtomicFunction.call_flat = call_flat
     _original = original
 
 
-__all__ = ["ALIAS_KIND", "ENV_FUNCTIONS", "KIND", "FunctionCache", "active", "disable", "enable", "requested"]
+__all__ = ["ALIAS_KIND", "ENV_FUNCTIONS", "KIND", "FunctionCache", "active", "disable", "enable", "requested", "wait_for_writes"]

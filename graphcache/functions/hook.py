@@ -1,11 +1,13 @@
 """The hook: every eager function call passes here; a first call is served from the cache or stored.
 
 Hook point. Every eager call of a tf.function, a ConcreteFunction, a Keras step function or a function
-restored by ``tf.saved_model.load`` ends in ``context.Context.call_function(name, inputs, num_outputs)``
-(polymorphic_function/atomic_function.py, ``AtomicFunction.call_flat``), which runs the function's eager
-kernel; the kernel is instantiated, and the function optimized, inside the first such call for a (name,
-device scope, call options) combination (TensorFlow's eager kernel cache keeps it afterwards). graphcache
-wraps that method. Later calls cost one set lookup here.
+restored by ``tf.saved_model.load`` ends in ``AtomicFunction.call_flat(*tensors)``
+(polymorphic_function/atomic_function.py), which runs the function's eager kernel through
+``Context.call_function``; the kernel is instantiated, and the function optimized, inside the first such
+call for a (name, device scope, call options) combination (TensorFlow's eager kernel cache keeps it
+afterwards). graphcache wraps ``call_flat``: it has the FunctionDef TensorFlow just fetched for the call
+(``cached_definition``, read from the eager context at the function's first use), so nothing is fetched or
+parsed twice. Later calls cost a set lookup here (a few microseconds).
 
 A first call:
 
@@ -16,7 +18,8 @@ A first call:
    (tfdir.py); TensorFlow skips OptimizeFunctionGraph (placer, Grappler, the graph passes) and goes on
    with partitioning and the kernels' creation;
 4. miss: the call runs with TensorFlow's graph collector on; the optimized graph is taken from what it
-   collected, turned into the entry (optimized.build) and stored with an alias for the fast key.
+   collected, turned into the entry (optimized.build) and stored with an alias for the fast key, in a
+   background thread (background.py; joined at exit, by ``wait_for_writes`` and by GraphCache's).
 
 Threads. First calls are handled one at a time (a process-wide lock held for the call: the variable
 TensorFlow reads and the graph collector are process-wide). A first call that finds the lock taken (a
@@ -37,7 +40,10 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from tensorflow.python.eager import context
+
 from .. import codec
+from ..background import BackgroundWrites
 from ..core.failures import STORAGE_ERRORS
 from ..errors import CacheIOError, CorruptEntryError, UntrustedEntryError
 from . import keying, optimized
@@ -69,30 +75,34 @@ class FunctionCache:
         self._seen: set[tuple[Any, ...]] = set()
         self._lock = threading.Lock()
         self._identity_hash: str | None = None
+        self._writes = BackgroundWrites()
         take_over_variable()
 
     # -- the wrapper ---------------------------------------------------------------------------------------
-    def call(self, original: Any, ctx: Any, name: bytes, tensor_inputs: list[Any], num_outputs: int) -> Any:
+    def call(self, original: Any, atomic: Any, args: tuple[Any, ...]) -> Any:
+        """``AtomicFunction.call_flat(atomic, *args)`` through the cache (``original`` is TensorFlow's)."""
+        ctx = context.context()
+        if not ctx.executing_eagerly():  # a call op added to a graph being traced: nothing runs yet
+            return original(atomic, *args)
         options = ctx.function_call_options
-        seen = (name, ctx.device_name, options.config_proto_serialized, options.executor_type)
+        seen = (atomic.name, ctx.device_name, options.config_proto_serialized, options.executor_type)
         if seen in self._seen:
-            return original(ctx, name, tensor_inputs, num_outputs)
+            return original(atomic, *args)
         self._seen.add(seen)
         if not self._lock.acquire(blocking=False):  # another first call is running: never wait (see above)
-            log.debug("graphcache: %s first-called while another first call runs: not cached", name)
-            return original(ctx, name, tensor_inputs, num_outputs)
+            log.debug("graphcache: %s first-called while another first call runs: not cached", atomic.name)
+            return original(atomic, *args)
         try:
-            return self._first_call(original, ctx, name, tensor_inputs, num_outputs, options)
+            return self._first_call(original, ctx, atomic, args, options)
         finally:
             self._lock.release()
 
-    def _first_call(self, original: Any, ctx: Any, name: bytes, tensor_inputs: list[Any], num_outputs: int,
-                    options: Any) -> Any:
+    def _first_call(self, original: Any, ctx: Any, atomic: Any, args: tuple[Any, ...], options: Any) -> Any:
         def run() -> Any:
-            return original(ctx, name, tensor_inputs, num_outputs)
+            return original(atomic, *args)
 
         try:
-            call = self._describe(ctx, name.decode(), tensor_inputs, options)
+            call = self._describe(ctx, atomic.cached_definition, args, options)
             found = None if call is None else self._lookup(call)
         except CacheIOError:
             raise
@@ -106,8 +116,8 @@ class FunctionCache:
         return self._miss(call, ctx, run)
 
     # -- describing and looking up -------------------------------------------------------------------------
-    def _describe(self, ctx: Any, name: str, tensor_inputs: list[Any], options: Any) -> keying.FunctionCall | None:
-        fdef = ctx.get_function_def(name)
+    def _describe(self, ctx: Any, fdef: Any, tensor_inputs: tuple[Any, ...], options: Any
+                  ) -> keying.FunctionCall | None:
         if XLA_ATTR in fdef.attr and fdef.attr[XLA_ATTR].b:
             return None  # jit_compile functions: XLA compiles them (their executables: xla=True)
         if len(fdef.node_def) < MIN_NODES:
@@ -140,7 +150,7 @@ class FunctionCache:
         if header.kind != KIND:
             return None
         try:
-            optimized.check_payload(payload, call.fdef, call.source_ops() | INSTANTIATION_OPS)
+            optimized.check_payload(payload, call.fdef, call.ops | INSTANTIATION_OPS)
         except UntrustedEntryError as exc:
             self.cache.discard_untrusted(key, str(exc))
             return None
@@ -188,13 +198,23 @@ class FunctionCache:
                 ctx.disable_graph_collection()
         self.cache.count(function_compiles=1)
         if seconds >= MIN_STORE_SECONDS and metadata is not None:
-            try:
+            if self.cache.strict:  # failures must reach the caller
                 self._store(call, metadata, seconds)
-            except CacheIOError:
-                raise
-            except Exception as exc:
-                self._failed(f"storing the optimized graph of {call.name}", exc)
+            else:  # building and writing the entry (tens of ms: fsyncs) overlaps with what the caller does next
+                handed_over = threading.Lock()
+                handed_over.acquire()
+                self._writes.start(self._store_fail_open, call, metadata, seconds, lock=handed_over)
         return outputs
+
+    def wait_for_writes(self, timeout: float | None = None) -> bool:
+        """Wait for entries being stored in the background; True when none is left (also joined at exit)."""
+        return self._writes.wait(timeout)
+
+    def _store_fail_open(self, call: keying.FunctionCall, metadata: Any, seconds: float) -> None:
+        try:
+            self._store(call, metadata, seconds)
+        except Exception as exc:
+            self._failed(f"storing the optimized graph of {call.name}", exc)
 
     def _store(self, call: keying.FunctionCall, metadata: Any, seconds: float) -> None:
         graph = optimized.pick_collected(metadata.function_graphs, call.fdef)

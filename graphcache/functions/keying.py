@@ -60,32 +60,38 @@ def _calls_functions(op: str) -> bool:
     return op_def is not None and any(attr.type in ("func", "list(func)") for attr in op_def.attr)
 
 
-def _referenced(fdef: function_pb2.FunctionDef) -> set[str]:
-    """Names a FunctionDef may call: op types that are not registered ops, and ``func`` attributes."""
-    names: set[str] = set()
-    for op in {node.op for node in fdef.node_def}:
-        if op_def_registry.get(op) is None:
-            names.add(op)
-    for node in fdef.node_def:
-        if _calls_functions(node.op):
-            for attr in node.attr.values():
-                names.update(func_refs(attr))
+def _referenced(fdef: function_pb2.FunctionDef, ops: set[str]) -> set[str]:
+    """Names a FunctionDef (whose op types are ``ops``) may call: op types that are not registered ops, and
+    ``func`` attributes (of nodes whose op type has such attributes, and of the function itself)."""
+    names = {op for op in ops if op_def_registry.get(op) is None}
+    callers = {op for op in ops if _calls_functions(op)}
+    if callers:
+        for node in fdef.node_def:
+            if node.op in callers:
+                for attr in node.attr.values():
+                    names.update(func_refs(attr))
     for attr in fdef.attr.values():
         names.update(func_refs(attr))
     return names
 
 
-def reachable_library(ctx: Any, fdef: function_pb2.FunctionDef) -> dict[str, function_pb2.FunctionDef]:
-    """The functions of the eager context ``fdef`` reaches (itself excluded), by name."""
+def op_types(fdef: function_pb2.FunctionDef) -> set[str]:
+    return {node.op for node in fdef.node_def}
+
+
+def reachable_library(ctx: Any, fdef: function_pb2.FunctionDef, ops: set[str]
+                      ) -> dict[str, function_pb2.FunctionDef]:
+    """The functions of the eager context ``fdef`` (of op types ``ops``) reaches, itself excluded, by name."""
     library: dict[str, function_pb2.FunctionDef] = {}
-    stack = sorted(_referenced(fdef))
+    stack = sorted(_referenced(fdef, ops))
     top = fdef.signature.name
     while stack:
         name = stack.pop()
         if name in library or name == top or not ctx.has_function(name):
             continue
-        library[name] = ctx.get_function_def(name)
-        stack.extend(sorted(_referenced(library[name])))
+        callee = ctx.get_function_def(name)
+        library[name] = callee
+        stack.extend(sorted(_referenced(callee, op_types(callee))))
     return library
 
 
@@ -97,7 +103,7 @@ def _combine(parts: dict[str, str]) -> str:
     return xxhash.xxh3_128_hexdigest("".join(f"{p}={parts[p]}\n" for p in PART_ORDER).encode())
 
 
-def describe_inputs(tensor_inputs: list[Any]) -> list[list[Any]]:
+def describe_inputs(tensor_inputs: tuple[Any, ...] | list[Any]) -> list[list[Any]]:
     """[dtype enum, device, resource handle data (hex) or ""] per input."""
     described = []
     for tensor in tensor_inputs:
@@ -151,6 +157,7 @@ class FunctionCall:
     library: dict[str, function_pb2.FunctionDef]
     parts: dict[str, str]  # every part but "function" and "shapes"
     fast_key: str
+    ops: set[str]  # op types of the function and its callees, calls of its callees excluded
     _canonical: keys.Fingerprint | None = field(default=None, repr=False)
 
     @property
@@ -170,18 +177,15 @@ class FunctionCall:
             self._canonical = keys.Fingerprint(key, {p: parts[p] for p in PART_ORDER})
         return self._canonical
 
-    def source_ops(self) -> set[str]:
-        """Op types of the function and its callees (function calls excluded), for the poisoning check."""
-        ops = {node.op for node in self.fdef.node_def}
-        for fdef in self.library.values():
-            ops.update(node.op for node in fdef.node_def)
-        return ops - set(self.library) - {self.name}
 
-
-def describe_call(ctx: Any, fdef: function_pb2.FunctionDef, tensor_inputs: list[Any], call_options: Any,
+def describe_call(ctx: Any, fdef: function_pb2.FunctionDef, tensor_inputs: tuple[Any, ...], call_options: Any,
                   identity_hash: str) -> FunctionCall:
     """The FunctionCall of ``fdef`` called with ``tensor_inputs`` under ``call_options`` in ``ctx``."""
-    library = reachable_library(ctx, fdef)
+    ops = op_types(fdef)
+    library = reachable_library(ctx, fdef, ops)
+    for callee in library.values():
+        ops |= op_types(callee)
+    ops -= set(library)
     config = call_options.config_proto_serialized
     if config:
         from tensorflow.core.protobuf import config_pb2
@@ -199,7 +203,7 @@ def describe_call(ctx: Any, fdef: function_pb2.FunctionDef, tensor_inputs: list[
         exact.update(len(data).to_bytes(8, "little"))
         exact.update(data)
     fast = _combine({**parts, "function": "exact:" + exact.hexdigest(), "shapes": "in-function"})
-    return FunctionCall(fdef, library, parts, fast)
+    return FunctionCall(fdef, library, parts, fast, ops)
 
 
 def identity_hash(identity: dict[str, Any]) -> str:

@@ -27,6 +27,7 @@ never clash with a function of the same name in another process.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterable
 
 from tensorflow.core.framework import function_pb2, graph_pb2, optimized_function_graph_pb2
@@ -111,10 +112,12 @@ def check_complete(graph: graph_pb2.GraphDef) -> None:
         raise NotStorable(f"the optimized graph uses functions it does not hold: {', '.join(missing[:5])}")
 
 
-def check_signature(proto: OptimizedFunctionGraph, fdef: function_pb2.FunctionDef) -> None:
-    """The proto fits ``fdef``: one _Arg per input, one _Retval per output, the same output types."""
-    args = sum(node.op == "_Arg" for node in proto.function_graph.node)
-    rets = sum(node.op == "_Retval" for node in proto.function_graph.node)
+def check_signature(proto: OptimizedFunctionGraph, fdef: function_pb2.FunctionDef,
+                    ops: Counter[str] | None = None) -> None:
+    """The proto fits ``fdef``: one _Arg per input, one _Retval per output, the same output types.
+    ``ops``: the graph's op types counted (computed here when not given)."""
+    ops = Counter(node.op for node in proto.function_graph.node) if ops is None else ops
+    args, rets = ops["_Arg"], ops["_Retval"]
     outputs = [arg.type for arg in fdef.signature.output_arg]
     if args != len(fdef.signature.input_arg) or rets != len(outputs) or list(proto.ret_types) != outputs \
             or proto.num_return_nodes != len(outputs):
@@ -133,10 +136,14 @@ def check_payload(payload: bytes | memoryview, fdef: function_pb2.FunctionDef, s
         raise CorruptEntryError(f"payload is not an OptimizedFunctionGraph: {exc}") from None
     if proto.name:
         raise CorruptEntryError("payload names a function (graphcache stores it without its name)")
+    graph = proto.function_graph
+    ops = Counter(node.op for node in graph.node)
     try:
-        check_signature(proto, fdef)
+        check_signature(proto, fdef, ops)
     except NotStorable as exc:
         raise CorruptEntryError(f"payload does not fit function {fdef.signature.name}: {exc}") from None
-    introduced = safety.introduced_ops(source_ops, proto.function_graph)
+    library = {f.signature.name for f in graph.library.function}
+    artifact = set(ops) | {node.op for f in graph.library.function for node in f.node_def}
+    introduced = safety.introduced_ops(source_ops, artifact - library)
     if introduced:
         raise UntrustedEntryError(f"it adds ops its source function does not have: {', '.join(introduced)}")
