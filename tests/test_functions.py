@@ -290,3 +290,51 @@ def test_tensorflows_file_name_is_job_task_name_without_suffix_and_node_count(mo
     assert optimized.tf_file_name("__inference_big_24009", 24003) == "_-1___inference_big_24003"
     monkeypatch.setenv("TF_JOB_NAME", "worker")
     assert optimized.tf_file_name("nounderscore", 5) == "worker_-1_nounderscore_5"
+
+
+RESNET_FIT = '''
+import json, os
+if {tf_dir!r}:
+    os.environ["TF_GRAPH_CACHING"] = {tf_dir!r}
+import numpy as np
+import tensorflow as tf
+if {cache_dir!r}:
+    import graphcache
+    cache = graphcache.GraphCache({cache_dir!r}, functions=True)
+import keras
+keras.utils.set_random_seed(1)
+model = keras.applications.ResNet50(weights=None, input_shape=(64, 64, 3), classes=10)
+model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+x, y = np.random.RandomState(0).rand(2, 64, 64, 3).astype("float32"), np.array([1, 2])
+loss = model.fit(x, y, batch_size=2, epochs=1, verbose=0).history["loss"]
+if {cache_dir!r}:
+    cache.wait_for_writes()
+print(json.dumps({{"loss": loss}}))
+'''
+
+
+@pytest.mark.slow
+def test_stored_graph_is_byte_identical_to_the_file_tensorflow_writes_itself(cache_dir, tmp_path):
+    """A Keras ResNet50 fit step (Grappler takes over TensorFlow's 3 s threshold on it, so TensorFlow's own
+    file cache writes it): graphcache's payload, built from the collected graph, is TensorFlow's proto."""
+    tf_dir = tmp_path / "tf"
+    tf_dir.mkdir()
+    theirs_run = run_python(RESNET_FIT.format(tf_dir=str(tf_dir), cache_dir=""), timeout=900)
+    ours_run = run_python(RESNET_FIT.format(tf_dir="", cache_dir=str(cache_dir)), timeout=900)
+    assert ours_run["loss"] == theirs_run["loss"]
+    files = list(tf_dir.iterdir())
+    if not files:
+        pytest.skip("TensorFlow optimized the step in under 3 s here and wrote no file to compare with")
+    theirs = optimized.OptimizedFunctionGraph.FromString(files[0].read_bytes())
+    cache = GraphCache(cache_dir)
+    stored = [optimized.OptimizedFunctionGraph.FromString(bytes(cache.read_entry(r.key)[1]))
+              for r in cache.entries() if r.kind == KIND]
+    (ours,) = [p for p in stored if len(p.function_graph.node) == len(theirs.function_graph.node)]
+    assert ours.function_graph.SerializeToString(deterministic=True) == \
+        theirs.function_graph.SerializeToString(deterministic=True)
+    assert dict(ours.node_name_to_control_ret) == dict(theirs.node_name_to_control_ret) != {}
+    assert (list(ours.ret_types), ours.num_return_nodes, ours.source) == \
+        (list(theirs.ret_types), theirs.num_return_nodes, theirs.source)
+    warm = run_python(RESNET_FIT.format(tf_dir="", cache_dir=str(cache_dir)), timeout=900)
+    assert warm["loss"] == theirs_run["loss"]
+    assert GraphCache(cache_dir).stats().functions["function_hits"] >= 1

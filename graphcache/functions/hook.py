@@ -59,11 +59,6 @@ ALIAS_KIND = "tf_function_alias"
 XLA_ATTR = "_XlaMustCompile"
 # Ops every instantiated function graph has that its FunctionDef body does not (function_ops.cc).
 INSTANTIATION_OPS = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval"})
-# Functions below this many nodes are left to TensorFlow, and first calls faster than MIN_STORE_SECONDS are
-# not stored: a hit costs a lookup, a parse and a file, more than optimizing such a function (see the
-# README's "TF2 functions" section for the measurement behind these values).
-MIN_NODES = 0
-MIN_STORE_SECONDS = 0.0
 
 
 class FunctionCache:
@@ -120,8 +115,6 @@ class FunctionCache:
                   ) -> keying.FunctionCall | None:
         if XLA_ATTR in fdef.attr and fdef.attr[XLA_ATTR].b:
             return None  # jit_compile functions: XLA compiles them (their executables: xla=True)
-        if len(fdef.node_def) < MIN_NODES:
-            return None
         if self._identity_hash is None:
             self._identity_hash = keying.identity_hash(self.cache.identity)
         return keying.describe_call(ctx, fdef, tensor_inputs, options, self._identity_hash)
@@ -163,6 +156,12 @@ class FunctionCache:
     def _hit(self, call: keying.FunctionCall, found: tuple[codec.EntryHeader, bytes | memoryview], run: Any) -> Any:
         header, payload = found
         file_name = optimized.tf_file_name(call.name, len(call.fdef.node_def))
+        if any(optimized.tf_file_name(name, len(fdef.node_def)) == file_name for name, fdef in call.library.items()):
+            # a function this one calls has TensorFlow's file name too: were it instantiated while the file is
+            # offered (a call that is not inlined), TensorFlow would load this graph for it
+            log.info("graphcache: %s not served: a function it calls has the same TensorFlow file name", call.name)
+            self.cache.count(function_compiles=1)
+            return run()
         try:
             served = self.dir.place(file_name, optimized.tf_file_bytes(call.name, payload))
         except STORAGE_ERRORS as exc:
@@ -197,7 +196,7 @@ class FunctionCache:
             finally:
                 ctx.disable_graph_collection()
         self.cache.count(function_compiles=1)
-        if seconds >= MIN_STORE_SECONDS and metadata is not None:
+        if metadata is not None:
             if self.cache.strict:  # failures must reach the caller
                 self._store(call, metadata, seconds)
             else:  # building and writing the entry (tens of ms: fsyncs) overlaps with what the caller does next
