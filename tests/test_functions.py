@@ -50,6 +50,12 @@ def run_deep(tf, blocks, c):
 '''
 
 DEEP_CHILD = '''
+import logging
+messages = []
+handler = logging.Handler()
+handler.emit = lambda record: messages.append(record.getMessage())
+logging.getLogger("graphcache").addHandler(handler)
+logging.getLogger("graphcache").setLevel(logging.INFO)
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     import tensorflow as tf
@@ -59,14 +65,15 @@ with warnings.catch_warnings(record=True) as caught:
     cache.wait_for_writes()
     stats = cache.stats()
 print(json.dumps({{**result, "functions": stats.functions, "uncacheable": stats.uncacheable,
-                  "kinds": sorted(r.kind for r in cache.entries()),
+                  "kinds": sorted(r.kind for r in cache.entries()), "log": messages,
                   "warnings": [str(w.message) for w in caught if "graphcache" in str(w.message)]}}))
 '''
 
 
-def deep_child(cache_dir: Path, c: float, blocks: int = 120, *, env_switch: bool = False) -> dict:
-    code = DEEP + DEEP_CHILD.format(cache_dir=str(cache_dir), blocks=blocks, c=c,
-                             functions_arg="" if env_switch else ", functions=True")
+def deep_child(cache_dir: Path, c: float, blocks: int = 120, *, env_switch: bool = False, read_only: bool = False
+               ) -> dict:
+    arg = ("" if env_switch else ", functions=True") + (", read_only=True" if read_only else "")
+    code = DEEP + DEEP_CHILD.format(cache_dir=str(cache_dir), blocks=blocks, c=c, functions_arg=arg)
     return run_python(code, env={"GRAPHCACHE_FUNCTIONS": "1"} if env_switch else None)
 
 
@@ -107,11 +114,14 @@ def test_tf_function_hits_in_a_second_process_and_a_changed_constant_misses(cach
 
 
 SHAPES_CHILD = '''
-import json, threading
+import json, os, threading, warnings
+os.environ["TF_GRAPH_CACHING"] = {tf_dir!r}  # TensorFlow's own cache, asked for by the user: taken over
 import numpy as np
 import tensorflow as tf
 import graphcache
-cache = graphcache.GraphCache({cache_dir!r}, functions=True)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    cache = graphcache.GraphCache({cache_dir!r}, functions=True)
 
 def shape_twice():
     # The same body traced for two argument shapes: TensorFlow folds Shape(x) into a constant, so the two
@@ -150,12 +160,19 @@ for i in range(4):
     expected[f"thread{{i}}"] = float(y.sum())
 cache.wait_for_writes()
 print(json.dumps({{"results": results, "expected": expected, "functions": cache.stats().functions,
-                  "entries": sorted((r.kind, r.name) for r in cache.entries())}}))
+                  "entries": sorted((r.kind, r.name) for r in cache.entries()),
+                  "tf_graph_caching": os.environ["TF_GRAPH_CACHING"], "tf_files": os.listdir({tf_dir!r}),
+                  "warnings": [str(w.message) for w in caught]}}))
 '''
 
 
-def test_argument_shapes_are_part_of_the_key_jit_functions_are_left_to_xla_and_threads_are_served(cache_dir):
-    out = run_python(SHAPES_CHILD.format(cache_dir=str(cache_dir)))
+def test_argument_shapes_are_part_of_the_key_jit_functions_are_left_to_xla_and_threads_are_served(cache_dir,
+                                                                                                   tmp_path):
+    tf_dir = tmp_path / "tf-own"
+    tf_dir.mkdir()
+    out = run_python(SHAPES_CHILD.format(cache_dir=str(cache_dir), tf_dir=str(tf_dir)))
+    assert out["tf_graph_caching"] == "" and out["tf_files"] == []
+    assert any("TF_GRAPH_CACHING" in w and "ignored" in w for w in out["warnings"]), out["warnings"]
     assert out["results"]["three"] == [6] and out["results"]["five"] == [10]
     assert out["results"]["jit"] == pytest.approx(4 * 3.0 * np.sin(1.0), rel=1e-5)
     for name, value in out["expected"].items():
@@ -192,6 +209,10 @@ def test_corrupt_and_untrusted_entries_are_refused_and_the_function_compiles(cac
     assert refused["uncacheable"]["untrusted_entry"] == 1
     healed = deep_child(cache_dir, 0.5, blocks=60)
     assert healed["functions"]["function_hits"] == 1 and healed["value"] == cold["value"]
+    entries = sorted(p.name for p in cache_dir.rglob("*.gce"))
+    read_only = deep_child(cache_dir, 0.5, blocks=60, read_only=True)  # hits are served, nothing is written
+    assert read_only["value"] == cold["value"] and any("function hit" in m for m in read_only["log"])
+    assert sorted(p.name for p in cache_dir.rglob("*.gce")) == entries
 
 
 KERAS_CHILD = '''
@@ -262,8 +283,8 @@ def test_payload_is_tensorflows_proto_without_its_name_and_checks_refuse_what_do
     fdef, metadata = _function_and_graph()
     graph = optimized.pick_collected(metadata.function_graphs, fdef)
     assert graph is not None
-    payload = optimized.build(fdef, graph, 0.01)
     ops = {node.op for node in fdef.node_def} | {"_Arg", "_Retval"}
+    payload = optimized.build(fdef, graph, 0.01, ops)
     optimized.check_payload(payload, fdef, ops)  # fits
     named = optimized.OptimizedFunctionGraph.FromString(optimized.tf_file_bytes(fdef.signature.name, payload))
     assert named.name == fdef.signature.name and named.num_return_nodes == 1

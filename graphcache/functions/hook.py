@@ -221,7 +221,7 @@ class FunctionCache:
             log.debug("graphcache: no optimized graph of %s was collected (its kernel existed already?)", call.name)
             return
         try:
-            payload = optimized.build(call.fdef, graph, seconds)
+            payload = optimized.build(call.fdef, graph, seconds, call.ops | INSTANTIATION_OPS)
         except optimized.NotStorable as exc:
             log.info("graphcache: function %s is not cached: %s", call.name, exc)
             return

@@ -79,8 +79,11 @@ class NotStorable(Exception):
     """The collected graph cannot be turned into a proto TensorFlow would accept for this function."""
 
 
-def build(fdef: function_pb2.FunctionDef, optimized: graph_pb2.GraphDef, seconds: float) -> bytes:
-    """The payload for ``fdef`` optimized to ``optimized``; raises NotStorable."""
+def build(fdef: function_pb2.FunctionDef, optimized: graph_pb2.GraphDef, seconds: float,
+          source_ops: set[str]) -> bytes:
+    """The payload for ``fdef`` optimized to ``optimized``; raises NotStorable, also when a later read would
+    refuse it (ops the function does not have that are stateful, do I/O or are unknown: e.g. the
+    ``_XlaCompile``/``_XlaRun`` pair that auto-clustering adds)."""
     if any(arg.type_attr or arg.number_attr or arg.type_list_attr for arg in fdef.signature.output_arg):
         raise NotStorable("its outputs are typed by attributes")
     proto = OptimizedFunctionGraph()
@@ -98,7 +101,17 @@ def build(fdef: function_pb2.FunctionDef, optimized: graph_pb2.GraphDef, seconds
     proto.optimization_time_usecs = int(seconds * 1e6)
     check_complete(proto.function_graph)
     check_signature(proto, fdef)
+    introduced = _introduced(proto.function_graph, Counter(node.op for node in proto.function_graph.node),
+                             source_ops)
+    if introduced:
+        raise NotStorable(f"its optimized graph adds ops a cached graph may not bring in: {', '.join(introduced)}")
     return proto.SerializeToString(deterministic=True)
+
+
+def _introduced(graph: graph_pb2.GraphDef, ops: Counter[str], source_ops: set[str]) -> list[str]:
+    library = {f.signature.name for f in graph.library.function}
+    artifact = set(ops) | {node.op for f in graph.library.function for node in f.node_def}
+    return safety.introduced_ops(source_ops, artifact - library)
 
 
 def check_complete(graph: graph_pb2.GraphDef) -> None:
@@ -142,8 +155,6 @@ def check_payload(payload: bytes | memoryview, fdef: function_pb2.FunctionDef, s
         check_signature(proto, fdef, ops)
     except NotStorable as exc:
         raise CorruptEntryError(f"payload does not fit function {fdef.signature.name}: {exc}") from None
-    library = {f.signature.name for f in graph.library.function}
-    artifact = set(ops) | {node.op for f in graph.library.function for node in f.node_def}
-    introduced = safety.introduced_ops(source_ops, artifact - library)
+    introduced = _introduced(graph, ops, source_ops)
     if introduced:
         raise UntrustedEntryError(f"it adds ops its source function does not have: {', '.join(introduced)}")
