@@ -63,16 +63,19 @@ with warnings.catch_warnings(record=True) as caught:
     cache = graphcache.GraphCache({cache_dir!r}{functions_arg})
     result = run_deep(tf, {blocks}, {c})
     cache.wait_for_writes()
+    cache.flush()
     stats = cache.stats()
 print(json.dumps({{**result, "functions": stats.functions, "uncacheable": stats.uncacheable,
+                  "remote_hits": stats.remote_hits, "uploads": stats.uploads,
                   "kinds": sorted(r.kind for r in cache.entries()), "log": messages,
                   "warnings": [str(w.message) for w in caught if "graphcache" in str(w.message)]}}))
 '''
 
 
-def deep_child(cache_dir: Path, c: float, blocks: int = 120, *, env_switch: bool = False, read_only: bool = False
-               ) -> dict:
-    arg = ("" if env_switch else ", functions=True") + (", read_only=True" if read_only else "")
+def deep_child(cache_dir: Path, c: float, blocks: int = 120, *, env_switch: bool = False, read_only: bool = False,
+               remote: str = "") -> dict:
+    arg = ("" if env_switch else ", functions=True") + (", read_only=True" if read_only else "") \
+        + (f", remote={remote!r}" if remote else "")
     code = DEEP + DEEP_CHILD.format(cache_dir=str(cache_dir), blocks=blocks, c=c, functions_arg=arg)
     return run_python(code, env={"GRAPHCACHE_FUNCTIONS": "1"} if env_switch else None)
 
@@ -82,7 +85,7 @@ def entry_files(cache_dir: Path, kind: str) -> list[Path]:
     return [LocalStore(cache_dir).path_for(row.key) for row in cache.entries() if row.kind == kind]
 
 
-def test_tf_function_hits_in_a_second_process_and_a_changed_constant_misses(cache_dir):
+def test_tf_function_hits_in_a_second_process_and_a_changed_constant_misses(cache_dir, tmp_path):
     cold = deep_child(cache_dir, 0.5, env_switch=True)  # GRAPHCACHE_FUNCTIONS=1 turns it on
     assert cold["value"] == pytest.approx(cold["expected"], rel=1e-5)
     assert cold["functions"] == {"function_hits": 0, "function_compiles": 1}
@@ -102,15 +105,42 @@ def test_tf_function_hits_in_a_second_process_and_a_changed_constant_misses(cach
     assert changed["value"] == pytest.approx(changed["expected"], rel=1e-5)
     assert changed["value"] != pytest.approx(cold["value"], rel=1e-3)
 
-    proc = subprocess.run([sys.executable, "-m", "graphcache", "--cache-dir", str(cache_dir), "ls", "--json"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert proc.returncode == 0, proc.stderr
-    rows = json.loads(proc.stdout)
+    rows = json.loads(graphcache_cli("--cache-dir", str(cache_dir), "ls", "--json"))
     functions = [row for row in rows if row["kind"] == KIND]
     assert len(functions) == 2 and all(row["name"].startswith("__inference_deep_") for row in functions)
     assert all(row["compile_seconds"] > 0 for row in functions)
     assert len([row for row in rows if row["kind"] == ALIAS_KIND]) == 2
+    verified = json.loads(graphcache_cli("--cache-dir", str(cache_dir), "verify", "--json"))
+    assert verified["checked"] == 4 and verified["bad"] == []
+
+    # A bundle carries them to another cache dir, where a fresh process hits without compiling.
+    bundle, other = tmp_path / "functions.tar.zst", tmp_path / "other"
+    graphcache_cli("--cache-dir", str(cache_dir), "export", str(bundle))
+    graphcache_cli("--cache-dir", str(other), "import", str(bundle))
+    imported = deep_child(other, 0.7)
+    assert imported["functions"] == {"function_hits": 1, "function_compiles": 0}
+    assert imported["value"] == changed["value"]
+    graphcache_cli("--cache-dir", str(other), "purge", "--filter", f"kind={KIND}", "--yes")
+    assert {row["kind"] for row in json.loads(graphcache_cli("--cache-dir", str(other), "ls", "--json"))} == \
+        {ALIAS_KIND}
+
+
+def graphcache_cli(*args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "graphcache", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_a_machine_with_an_empty_cache_dir_hits_through_the_remote(tmp_path):
+    shared, first, second = tmp_path / "remote", tmp_path / "a", tmp_path / "b"
+    for path in (shared, first, second):
+        path.mkdir()
+    cold = deep_child(first, 0.5, blocks=60, remote=str(shared))
+    assert cold["uploads"] == 2  # the entry and its alias
+    warm = deep_child(second, 0.5, blocks=60, remote=str(shared))
+    assert warm["functions"] == {"function_hits": 1, "function_compiles": 0} and warm["remote_hits"] == 2
+    assert warm["value"] == cold["value"]
 
 
 SHAPES_CHILD = '''
