@@ -72,7 +72,7 @@ print(json.dumps({{**result, "functions": stats.functions, "uncacheable": stats.
 '''
 
 
-def deep_child(cache_dir: Path, c: float, blocks: int = 120, *, env_switch: bool = False, read_only: bool = False,
+def deep_child(cache_dir: Path, c: float, blocks: int = 60, *, env_switch: bool = False, read_only: bool = False,
                remote: str = "") -> dict:
     arg = ("" if env_switch else ", functions=True") + (", read_only=True" if read_only else "") \
         + (f", remote={remote!r}" if remote else "")
@@ -136,9 +136,9 @@ def test_a_machine_with_an_empty_cache_dir_hits_through_the_remote(tmp_path):
     shared, first, second = tmp_path / "remote", tmp_path / "a", tmp_path / "b"
     for path in (shared, first, second):
         path.mkdir()
-    cold = deep_child(first, 0.5, blocks=60, remote=str(shared))
+    cold = deep_child(first, 0.5, remote=str(shared))
     assert cold["uploads"] == 2  # the entry and its alias
-    warm = deep_child(second, 0.5, blocks=60, remote=str(shared))
+    warm = deep_child(second, 0.5, remote=str(shared))
     assert warm["functions"] == {"function_hits": 1, "function_compiles": 0} and warm["remote_hits"] == 2
     assert warm["value"] == cold["value"]
 
@@ -214,12 +214,12 @@ def test_argument_shapes_are_part_of_the_key_jit_functions_are_left_to_xla_and_t
 
 
 def test_corrupt_and_untrusted_entries_are_refused_and_the_function_compiles(cache_dir):
-    cold = deep_child(cache_dir, 0.5, blocks=60)
+    cold = deep_child(cache_dir, 0.5)
     (path,) = entry_files(cache_dir, KIND)
     data = bytearray(path.read_bytes())
     data[-10] ^= 0xFF  # a bit flip in the payload: the checksum catches it
     path.write_bytes(bytes(data))
-    flipped = deep_child(cache_dir, 0.5, blocks=60)
+    flipped = deep_child(cache_dir, 0.5)
     assert flipped["value"] == cold["value"]
     assert any("corrupt" in w for w in flipped["warnings"]), flipped["warnings"]
     assert flipped["functions"]["function_hits"] == 0 and flipped["uncacheable"]["corrupt_entry"] == 1
@@ -233,14 +233,13 @@ def test_corrupt_and_untrusted_entries_are_refused_and_the_function_compiles(cac
     planted.input.extend(["planted_name", "planted_name"])
     proto.function_graph.node.add(name="planted_name", op="Const")
     path.write_bytes(codec.encode(header, proto.SerializeToString()))
-    refused = deep_child(cache_dir, 0.5, blocks=60)
+    refused = deep_child(cache_dir, 0.5)
     assert refused["value"] == cold["value"]
     assert any("rejected" in w and "WriteFile" in w for w in refused["warnings"]), refused["warnings"]
     assert refused["uncacheable"]["untrusted_entry"] == 1
-    healed = deep_child(cache_dir, 0.5, blocks=60)
-    assert healed["functions"]["function_hits"] == 1 and healed["value"] == cold["value"]
+    # The refusing process stored a good entry again; a read-only cache serves it and writes nothing.
     entries = sorted(p.name for p in cache_dir.rglob("*.gce"))
-    read_only = deep_child(cache_dir, 0.5, blocks=60, read_only=True)  # hits are served, nothing is written
+    read_only = deep_child(cache_dir, 0.5, read_only=True)
     assert read_only["value"] == cold["value"] and any("function hit" in m for m in read_only["log"])
     assert sorted(p.name for p in cache_dir.rglob("*.gce")) == entries
 
