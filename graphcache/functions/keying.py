@@ -23,8 +23,8 @@ xxh3-128 over ``name=hash`` lines, the parts stored in the entry so a miss can b
 - ``identity``: the compiler identity (identity.py: TensorFlow version, device kind, oneDNN switch, salt).
 
 Two keys are computed. The *canonical* key above is the entry's key. Canonicalizing costs a pass in
-Python over every node (0.5 s for 24,000 nodes, measured), too slow for a hit that should cost tenths of
-a second, so a *fast* key hashes the deterministic serialization of the same functions instead of their
+Python over every node (tens of microseconds per node), too slow for a hit that should cost a few tens of
+milliseconds, so a *fast* key hashes the deterministic serialization of the same functions instead of their
 canonical form (exact bytes, names included: sound on its own, just stricter) and an alias entry maps it
 to the canonical key. A program that reruns hits through the alias without canonicalizing; another
 program with other tracing counters computes the canonical key once and adds its own alias.
