@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ENV_INSTALL = "GRAPHCACHE_INSTALL"
-ENV_ACCELERATE = "GRAPHCACHE_ACCELERATE_TRAIN_MODE"
+from .core.settings import ENV_ACCELERATE, ENV_INSTALL
+
 CHILD_SITE = Path(__file__).resolve().parent / "child_site"
 
 _lock = threading.RLock()
@@ -54,8 +54,9 @@ _state: _Installation | None = None
 
 
 def install(cache: Any = None, *, cache_dir: str | os.PathLike[str] | None = None, experimental_config: Any = None,
-            **settings: Any) -> Any:
-    """Make every TF1-style session created from now on, in this process, a graphcache session.
+            functions: bool = True, **settings: Any) -> Any:
+    """Make every TF1-style session created from now on, in this process, a graphcache session, and (with
+    ``functions``, the default) serve TF2 functions' first calls from the cache too (graphcache/functions/).
 
     ``cache``: the GraphCache they share; else one is opened with ``cache_dir`` (else
     ``experimental_config.graph_compiler_cache_dir``, else ``$GRAPHCACHE_DIR``/the user cache dir) and
@@ -74,7 +75,11 @@ def install(cache: Any = None, *, cache_dir: str | os.PathLike[str] | None = Non
         if cache is None:
             if cache_dir is None and experimental_config is not None:
                 cache_dir = experimental_config.graph_compiler_cache_dir
-            cache = GraphCache(cache_dir, **settings)
+            cache = GraphCache(cache_dir, functions=functions, **settings)
+        elif functions and not cache.disabled:
+            from . import functions as gc_functions
+
+            gc_functions.enable(cache)
         gc_session.DEFAULTS.set(cache, experimental_config)
         if _state is None:
             import tensorflow as tf
@@ -101,6 +106,9 @@ def uninstall() -> bool:
         for tf_class, original in _state.originals.items():
             tf_class.__init__ = original
         gc_session.DEFAULTS.set(None, None)
+        from . import functions as gc_functions
+
+        gc_functions.disable()
         _state = None
         return True
 

@@ -30,7 +30,7 @@ from .core import codec, kinds
 from .core.failures import STORAGE_ERRORS
 from .core.keyparts import version_id
 from .core.service import EntryService
-from .core.settings import CacheSettings
+from .core.settings import ENV_FUNCTIONS, CacheSettings, resolve_flag
 from .errors import CorruptEntryError, InvalidGraphError, UnsupportedGraphError
 from .graphs import GraphView, Signature
 
@@ -68,6 +68,7 @@ class GraphCache(EntryService):
         remote_retry_after: float | str | None = None,
         remote_options: dict[str, Any] | None = None,
         xla: bool | None = None,
+        functions: bool | None = None,
     ) -> None:
         settings = CacheSettings.resolve(
             strict=strict, read_only=read_only, identity_salt=identity_salt, on_version_change=on_version_change,
@@ -82,6 +83,10 @@ class GraphCache(EntryService):
                          marker_group=_xla.marker_group)
         if not self.disabled and _xla.requested(xla):  # XLA executables under this cache (xla/)
             _xla.enable_xla(self)
+        if not self.disabled and resolve_flag(functions, ENV_FUNCTIONS):
+            from . import functions as _functions  # TF2 functions' first calls (functions/)
+
+            _functions.enable(self)
 
     @property
     def identity(self) -> dict[str, Any]:

@@ -19,7 +19,7 @@ The manifest (JSON)::
                   "target": "<graph key, aliases only>"}],
      "total_bytes": <sum of sizes>}
 
-A bundle holds the entries of exactly one compiler version; exporting an alias (kind ``saved_model``)
+A bundle holds the entries of exactly one compiler version; exporting an alias (kind ``saved_model`` or ``tf_function_alias``)
 takes its target graph entry along. Import refuses, before writing anything:
 
 - a bundle of another version than the cache's current one (both named in the error);

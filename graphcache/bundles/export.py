@@ -88,7 +88,7 @@ def export_bundle(source: Any, path: str | os.PathLike[str], keys: Iterable[str]
                   "path": f"entries/{key}.gce", "size": len(data),
                   "xxh3_128": xxhash.xxh3_128_hexdigest(data),
                   "identity_id": ident, "created": header.created}
-        if header.kind == kinds.SAVED_MODEL:
+        if header.kind in kinds.ALIASES:  # an alias travels with the entry it names
             target = str(header.extra.get("target", ""))
             record["target"] = target
             if is_key(target) and target not in records and cache.store.stat(target) is not None:

@@ -49,7 +49,7 @@ def stats_json(stats: Stats, root: Path, versions: list[dict[str, Any]]) -> dict
         "identity": stats.version or None,  # graphcache 0.1's name for the version, kept for existing scripts
         "versions": versions,
         "remote": remote_url() or None, "remote_hits": stats.remote_hits, "remote_errors": stats.remote_errors,
-        "uploads": stats.uploads, "upload_bytes": stats.upload_bytes, **stats.xla,
+        "uploads": stats.uploads, "upload_bytes": stats.upload_bytes, **stats.xla, **stats.functions,
     }
 
 
@@ -98,6 +98,9 @@ def stats_view(stats: Stats, root: Path, exists: bool, versions: list[dict[str, 
     if any(stats.xla.values()):  # XLA executables (xla/); hits are derived from access times
         view.add_row("XLA", ", ".join(f"{name.removeprefix('xla_').replace('_', ' ')} {count}"
                                       for name, count in stats.xla.items()))
+    if any(stats.functions.values()):  # TF2 functions' first calls (functions/)
+        view.add_row("TF2 functions", ", ".join(f"{name.removeprefix('function_')} {count}"
+                                                for name, count in stats.functions.items()))
     others = [v for v in versions if not v["current"]]
     if others:
         view.add_row("Other versions", "\n".join(

@@ -32,6 +32,10 @@ ENV_REMOTE = "GRAPHCACHE_REMOTE"
 ENV_REMOTE_READ_ONLY = "GRAPHCACHE_REMOTE_READ_ONLY"
 ENV_REMOTE_TIMEOUT = "GRAPHCACHE_REMOTE_TIMEOUT"
 ENV_REMOTE_RETRY_AFTER = "GRAPHCACHE_REMOTE_RETRY_AFTER"
+ENV_FUNCTIONS = "GRAPHCACHE_FUNCTIONS"  # TF2 functions' optimized graphs (functions/)
+ENV_XLA = "GRAPHCACHE_XLA"  # TensorFlow's XLA executables (xla/)
+ENV_INSTALL = "GRAPHCACHE_INSTALL"  # install() in processes started by `graphcache run` (adoption.py)
+ENV_ACCELERATE = "GRAPHCACHE_ACCELERATE_TRAIN_MODE"  # the accelerate_train_mode those processes get
 
 DEFAULT_LOCK_TIMEOUT = 600.0  # seconds; a compile of a large graph can take minutes
 DEFAULT_MAX_SIZE = 10 * 2**30  # 10 GiB

@@ -29,6 +29,8 @@ REMOTE_COUNTERS = ("remote_hits", "remote_errors", "uploads", "upload_bytes")
 # XLA executables (xla/): hits are approximate (see xla/hits.py), the rest exact. ``xla_pulled``: entries fetched
 # from the remote at enable, before TensorFlow's first compile (not in ``remote_hits``, which counts lookups).
 XLA_COUNTERS = ("xla_hits", "xla_compiles", "xla_materialized", "xla_bad_files", "xla_removed", "xla_pulled")
+# TF2 functions (functions/): first calls served from the cache, and first calls TensorFlow optimized itself.
+FUNCTION_COUNTERS = ("function_hits", "function_compiles")
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class Stats:
     remote_errors: int = 0
     uploads: int = 0
     upload_bytes: int = 0
+    functions: dict[str, int] = field(default_factory=dict)
 
     @property
     def identity(self) -> str:
@@ -85,5 +88,6 @@ class Stats:
             evictions=int(counters.get("evictions", 0)),
             xla={name: int(counters.get(name, 0)) for name in XLA_COUNTERS},
             max_size=max_size,
+            functions={name: int(counters.get(name, 0)) for name in FUNCTION_COUNTERS},
             **{name: int(counters.get(name, 0)) for name in REMOTE_COUNTERS},
         )

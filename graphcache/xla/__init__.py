@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("graphcache")
 
-ENV_XLA = "GRAPHCACHE_XLA"
+ENV_XLA = settings.ENV_XLA
 # The counters this package adds to the index's counters table (for the CLI's stats to list).
 COUNTERS = XLA_COUNTERS
 

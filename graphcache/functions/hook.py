@@ -1,0 +1,249 @@
+"""The hook: every eager function call passes here; a first call is served from the cache or stored.
+
+Hook point. Every eager call of a tf.function, a ConcreteFunction, a Keras step function or a function
+restored by ``tf.saved_model.load`` ends in ``AtomicFunction.call_flat(*tensors)``
+(polymorphic_function/atomic_function.py), which runs the function's eager kernel through
+``Context.call_function``; the kernel is instantiated, and the function optimized, inside the first such
+call for a (name, device scope, call options) combination (TensorFlow's eager kernel cache keeps it
+afterwards). graphcache wraps ``call_flat``: it has the FunctionDef TensorFlow just fetched for the call
+(``cached_definition``, read from the eager context at the function's first use), so nothing is fetched or
+parsed twice. Later calls cost a set lookup here (a few microseconds).
+
+A first call:
+
+1. describes the call (keying.py): the FunctionDef, the functions it reaches, the key parts, the fast key;
+2. looks up the fast key's alias, else the canonical key (computing it), and verifies the entry
+   (codec checksums, signature, then the payload: optimized.check_payload);
+3. hit: the entry is handed to TensorFlow's own file cache through a private directory for this one call
+   (tfdir.py); TensorFlow skips OptimizeFunctionGraph (placer, Grappler, the graph passes) and goes on
+   with partitioning and the kernels' creation;
+4. miss: the call runs with TensorFlow's graph collector on; the optimized graph is taken from what it
+   collected, turned into the entry (optimized.build) and stored with an alias for the fast key, in a
+   background thread (background.py; joined at exit, by ``wait_for_writes`` and by GraphCache's).
+
+Threads. First calls are handled one at a time (a process-wide lock held for the call: the variable
+TensorFlow reads and the graph collector are process-wide). A first call that finds the lock taken (a
+first call in another thread, or a call made from inside a running first call, e.g. by a py_function)
+runs the normal TensorFlow way, uncached, rather than wait: waiting could deadlock. While a hit's call
+runs, TensorFlow instantiations outside this hook in other threads (tf.data functions, TF1 sessions)
+also see the directory; they could only read its one file if their function had the same name (tracing
+counter aside) and node count as the function being loaded.
+
+Fail open: anything failing here warns once (graphcache.core.failures), is counted, and the call runs the
+normal way. Exceptions of the call itself reach the caller unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from tensorflow.python.eager import context
+
+from ..core import codec, kinds
+from ..core.failures import STORAGE_ERRORS
+from ..errors import CacheIOError, CorruptEntryError, UntrustedEntryError
+from . import keying, optimized
+from .tfdir import TFDir, take_over_variable
+
+if TYPE_CHECKING:
+    from ..cache import GraphCache
+
+log = logging.getLogger("graphcache")
+
+KIND = kinds.TF_FUNCTION
+ALIAS_KIND = kinds.TF_FUNCTION_ALIAS
+XLA_ATTR = "_XlaMustCompile"
+# Ops every instantiated function graph has that its FunctionDef body does not (function_ops.cc).
+INSTANTIATION_OPS = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval"})
+
+
+class FunctionCache:
+    """The first-call logic of one GraphCache (one per process: see __init__.enable)."""
+
+    def __init__(self, cache: GraphCache) -> None:
+        self.cache = cache
+        self.dir = TFDir()
+        self._seen: set[tuple[Any, ...]] = set()
+        self._lock = threading.Lock()
+        self._identity_hash: str | None = None
+        take_over_variable()
+
+    # -- the wrapper ---------------------------------------------------------------------------------------
+    def call(self, original: Any, atomic: Any, args: tuple[Any, ...]) -> Any:
+        """``AtomicFunction.call_flat(atomic, *args)`` through the cache (``original`` is TensorFlow's)."""
+        ctx = context.context()
+        if not ctx.executing_eagerly():  # a call op added to a graph being traced: nothing runs yet
+            return original(atomic, *args)
+        options = ctx.function_call_options
+        seen = (atomic.name, ctx.device_name, options.config_proto_serialized, options.executor_type)
+        if seen in self._seen:
+            return original(atomic, *args)
+        self._seen.add(seen)
+        if not self._lock.acquire(blocking=False):  # another first call is running: never wait (see above)
+            log.debug("graphcache: %s first-called while another first call runs: not cached", atomic.name)
+            return original(atomic, *args)
+        try:
+            return self._first_call(original, ctx, atomic, args, options)
+        finally:
+            self._lock.release()
+
+    def _first_call(self, original: Any, ctx: Any, atomic: Any, args: tuple[Any, ...], options: Any) -> Any:
+        def run() -> Any:
+            return original(atomic, *args)
+
+        try:
+            call = self._describe(ctx, atomic.cached_definition, args, options)
+            found = None if call is None else self._lookup(call)
+        except CacheIOError:
+            raise
+        except Exception as exc:  # a TensorFlow or protobuf surprise: never the user's problem
+            self._failed("describing the function call", exc)
+            return run()
+        if call is None:
+            return run()
+        if found is not None:
+            return self._hit(call, found, run)
+        return self._miss(call, ctx, run)
+
+    # -- describing and looking up -------------------------------------------------------------------------
+    def _describe(self, ctx: Any, fdef: Any, tensor_inputs: tuple[Any, ...], options: Any
+                  ) -> keying.FunctionCall | None:
+        if XLA_ATTR in fdef.attr and fdef.attr[XLA_ATTR].b:
+            return None  # jit_compile functions: XLA compiles them (their executables: xla=True)
+        if self._identity_hash is None:
+            self._identity_hash = keying.identity_hash(self.cache.identity)
+        return keying.describe_call(ctx, fdef, tensor_inputs, options, self._identity_hash)
+
+    def _lookup(self, call: keying.FunctionCall) -> tuple[codec.EntryHeader, bytes | memoryview] | None:
+        alias = self.cache.read_entry(call.fast_key)
+        if alias is not None:
+            header, payload = alias
+            target = bytes(payload).decode("ascii", "replace")
+            if header.kind == ALIAS_KIND and target == header.extra.get("target"):
+                found = self._read_function(target, call)
+                if found is not None:
+                    return found
+        fingerprint = call.canonical()
+        found = self._read_function(fingerprint.key, call)
+        if found is not None and alias is None:
+            self._write_alias(call, fingerprint.key)
+        return found
+
+    def _read_function(self, key: str, call: keying.FunctionCall
+                       ) -> tuple[codec.EntryHeader, bytes | memoryview] | None:
+        entry = self.cache.read_entry(key)
+        if entry is None:
+            return None
+        header, payload = entry
+        if header.kind != KIND:
+            return None
+        try:
+            optimized.check_payload(payload, call.fdef, call.ops | INSTANTIATION_OPS)
+        except UntrustedEntryError as exc:
+            self.cache.discard_untrusted(key, str(exc))
+            return None
+        except CorruptEntryError as exc:
+            self.cache.discard_corrupt(key, exc)
+            return None
+        return header, payload
+
+    # -- hit -----------------------------------------------------------------------------------------------
+    def _hit(self, call: keying.FunctionCall, found: tuple[codec.EntryHeader, bytes | memoryview], run: Any) -> Any:
+        header, payload = found
+        file_name = optimized.tf_file_name(call.name, len(call.fdef.node_def))
+        if any(optimized.tf_file_name(name, len(fdef.node_def)) == file_name for name, fdef in call.library.items()):
+            # a function this one calls has TensorFlow's file name too: were it instantiated while the file is
+            # offered (a call that is not inlined), TensorFlow would load this graph for it
+            log.info("graphcache: %s not served: a function it calls has the same TensorFlow file name", call.name)
+            self.cache.count(function_compiles=1)
+            return run()
+        try:
+            served = self.dir.place(file_name, optimized.tf_file_bytes(call.name, payload))
+        except STORAGE_ERRORS as exc:
+            self.cache.failure("io_error", "handing a function graph to TensorFlow", exc)
+            return run()
+        try:
+            outputs = run()
+        finally:
+            self.dir.release(served)
+        if served.read:
+            self.cache.count(function_hits=1, saved_seconds=header.compile_seconds)
+            log.info("graphcache function hit %s key=%s", call.name, header.key)
+        else:  # its kernel existed already (called before graphcache was enabled), or TensorFlow changed
+            log.debug("graphcache: TensorFlow did not read the cached graph of %s", call.name)
+        return outputs
+
+    # -- miss ----------------------------------------------------------------------------------------------
+    def _miss(self, call: keying.FunctionCall, ctx: Any, run: Any) -> Any:
+        if self.cache.read_only:
+            self.cache.count(function_compiles=1)
+            self.cache.count_uncacheable("read_only")
+            return run()
+        ctx.enable_graph_collection()
+        start = time.perf_counter()
+        metadata = None
+        try:
+            outputs = run()
+        finally:
+            seconds = time.perf_counter() - start
+            try:
+                metadata = ctx.export_run_metadata()
+            finally:
+                ctx.disable_graph_collection()
+        self.cache.count(function_compiles=1)
+        if metadata is not None:
+            if self.cache.strict:  # failures must reach the caller
+                self._store(call, metadata, seconds)
+            else:  # building and writing the entry (tens of ms: fsyncs) overlaps with what the caller does next
+                handed_over = threading.Lock()
+                handed_over.acquire()
+                self.cache.start_write(self._store_fail_open, call, metadata, seconds, lock=handed_over)
+        return outputs
+
+    def wait_for_writes(self, timeout: float | None = None) -> bool:
+        """Wait for entries being stored in the background (the cache's own background writes, joined by
+        GraphCache.wait_for_writes and at exit); True when none is left."""
+        return self.cache.wait_for_writes(timeout)
+
+    def _store_fail_open(self, call: keying.FunctionCall, metadata: Any, seconds: float) -> None:
+        try:
+            self._store(call, metadata, seconds)
+        except Exception as exc:
+            self._failed(f"storing the optimized graph of {call.name}", exc)
+
+    def _store(self, call: keying.FunctionCall, metadata: Any, seconds: float) -> None:
+        graph = optimized.pick_collected(metadata.function_graphs, call.fdef)
+        if graph is None:
+            log.debug("graphcache: no optimized graph of %s was collected (its kernel existed already?)", call.name)
+            return
+        try:
+            payload = optimized.build(call.fdef, graph, seconds, call.ops | INSTANTIATION_OPS)
+        except optimized.NotStorable as exc:
+            log.info("graphcache: function %s is not cached: %s", call.name, exc)
+            return
+        fingerprint = call.canonical()
+        header = codec.EntryHeader(
+            key=fingerprint.key, version=self.cache.version, identity=self.cache.identity, name=call.name,
+            kind=KIND, created=time.time(), compile_seconds=seconds, key_parts=fingerprint.parts,
+            extra={"nodes": len(call.fdef.node_def), "optimized_nodes": len(graph.node),
+                   "inputs": len(call.fdef.signature.input_arg), "outputs": len(call.fdef.signature.output_arg),
+                   "library": sorted(call.library)})
+        if self.cache.write_entry(header, payload):
+            self._write_alias(call, fingerprint.key)
+            log.info("graphcache function stored %s key=%s %.3fs", call.name, fingerprint.key, seconds)
+
+    def _write_alias(self, call: keying.FunctionCall, target: str) -> None:
+        if self.cache.read_only:
+            return
+        header = codec.EntryHeader(
+            key=call.fast_key, version=self.cache.version, identity=self.cache.identity, name=call.name,
+            kind=ALIAS_KIND, created=time.time(), extra={"target": target})
+        self.cache.write_entry(header, target.encode("ascii"))
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        """An unexpected failure of graphcache's own (not of the call): strict raises, else warn once, count."""
+        self.cache.failure("function_error", what, exc, consequence="the function is compiled without the cache",
+                           uncacheable=False)

@@ -1,0 +1,203 @@
+"""What a function's first call is keyed by: the function library, its inputs, the call, the devices.
+
+TensorFlow optimizes a function at its first call (the eager kernel's instantiation) from exactly these
+inputs, so they are the key's named parts (keys.py's conventions: each part hashed alone, the key an
+xxh3-128 over ``name=hash`` lines, the parts stored in the entry so a miss can be explained):
+
+- ``function``: the called FunctionDef and every function of the eager context it reaches (by op type or
+  by a ``func`` attribute, nested), in keys.py's canonical form (``keys.graph_hash`` over a one-call
+  graph), so that tracing counters in names (``__inference_f_123``) do not matter;
+- ``shapes``: every ``_output_shapes`` annotation of those functions, argument attributes included.
+  keys.py leaves ``_output_shapes`` out of the canonical form, but for a function argument it is what
+  TensorFlow's shape inference starts from: Grappler folds ``Shape(x)`` of an argument traced as ``[3]``
+  into a constant, so one body traced for ``[3]`` and ``[5]`` optimizes to two different graphs (checked
+  in tests/test_functions.py);
+- ``inputs``: per input, its dtype, its device and, for resource handles, the dtype and shape of what it
+  holds (PFLR pins arguments to their devices and copies resource shapes onto ``_Arg`` nodes, both of
+  which Grappler sees). Tensor *values* are not: an instantiation never sees them (captured eager
+  tensors are inputs too; only constants traced into the body are compiled in, and those are part of
+  the FunctionDef);
+- ``call``: the device scope of the call, the executor type and the ``config_proto`` of the
+  FunctionCallOptions (rewriter options, soft placement, ``tf.config.optimizer`` settings);
+- ``devices``: the devices of the eager context (the device set the placer chooses from);
+- ``identity``: the compiler identity (identity.py: TensorFlow version, device kind, oneDNN switch, salt).
+
+Two keys are computed. The *canonical* key above is the entry's key. Canonicalizing costs a pass in
+Python over every node (tens of microseconds per node), too slow for a hit that should cost a few tens of
+milliseconds, so a *fast* key hashes the deterministic serialization of the same functions instead of their
+canonical form (exact bytes, names included: sound on its own, just stricter) and an alias entry maps it
+to the canonical key. A program that reruns hits through the alias without canonicalizing; another
+program with other tracing counters computes the canonical key once and adds its own alias.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import xxhash
+from tensorflow.core.framework import function_pb2, graph_pb2
+from tensorflow.python.framework import op_def_registry
+
+from .. import keys
+from ..core.keyparts import combine, hash_json, hash_text
+from ..graphs import GraphView, Signature, func_refs
+
+log = logging.getLogger("graphcache")
+
+PART_ORDER = ("function", "shapes", "inputs", "call", "devices", "identity")
+SHAPES_ATTR = "_output_shapes"
+DT_RESOURCE = 20  # types_pb2.DT_RESOURCE
+
+
+@functools.cache
+def _calls_functions(op: str) -> bool:
+    """Whether nodes of this op type can name functions in attributes (PartitionedCall, While, If, ...).
+    Unknown op types (functions called by name) are handled by the caller."""
+    op_def = op_def_registry.get(op)
+    return op_def is not None and any(attr.type in ("func", "list(func)") for attr in op_def.attr)
+
+
+def _referenced(fdef: function_pb2.FunctionDef, ops: set[str]) -> set[str]:
+    """Names a FunctionDef (whose op types are ``ops``) may call: op types that are not registered ops, and
+    ``func`` attributes (of nodes whose op type has such attributes, and of the function itself)."""
+    names = {op for op in ops if op_def_registry.get(op) is None}
+    callers = {op for op in ops if _calls_functions(op)}
+    if callers:
+        for node in fdef.node_def:
+            if node.op in callers:
+                for attr in node.attr.values():
+                    names.update(func_refs(attr))
+    for attr in fdef.attr.values():
+        names.update(func_refs(attr))
+    return names
+
+
+def op_types(fdef: function_pb2.FunctionDef) -> set[str]:
+    return {node.op for node in fdef.node_def}
+
+
+def reachable_library(ctx: Any, fdef: function_pb2.FunctionDef, ops: set[str]
+                      ) -> dict[str, function_pb2.FunctionDef]:
+    """The functions of the eager context ``fdef`` (of op types ``ops``) reaches, itself excluded, by name."""
+    library: dict[str, function_pb2.FunctionDef] = {}
+    stack = sorted(_referenced(fdef, ops))
+    top = fdef.signature.name
+    while stack:
+        name = stack.pop()
+        if name in library or name == top or not ctx.has_function(name):
+            continue
+        callee = ctx.get_function_def(name)
+        library[name] = callee
+        stack.extend(sorted(_referenced(callee, op_types(callee))))
+    return library
+
+
+def describe_inputs(tensor_inputs: tuple[Any, ...] | list[Any]) -> list[list[Any]]:
+    """[dtype enum, device, resource handle data (hex) or ""] per input."""
+    described = []
+    for tensor in tensor_inputs:
+        dtype = tensor.dtype.as_datatype_enum
+        handle = ""
+        if dtype == DT_RESOURCE:
+            data = getattr(tensor, "_handle_data", None)
+            if data is not None and data.is_set:
+                handle = data.SerializeToString(deterministic=True).hex()
+        described.append([dtype, tensor.device, handle])
+    return described
+
+
+def shape_annotations(functions: list[function_pb2.FunctionDef]) -> str:
+    """The hash of every ``_output_shapes`` annotation of ``functions`` (arguments and nodes), by position."""
+    hasher = xxhash.xxh3_128()
+    for position, fdef in enumerate(functions):
+        for index in sorted(fdef.arg_attr):
+            shapes = fdef.arg_attr[index].attr.get(SHAPES_ATTR)
+            if shapes is not None:
+                hasher.update(f"{position}/arg{index}=".encode())
+                hasher.update(shapes.SerializeToString(deterministic=True))
+        for node in fdef.node_def:
+            shapes = node.attr.get(SHAPES_ATTR) if SHAPES_ATTR in node.attr else None
+            if shapes is not None:
+                hasher.update(f"{position}/{node.name}=".encode())
+                hasher.update(shapes.SerializeToString(deterministic=True))
+    return hasher.hexdigest()
+
+
+def canonical_function_hash(fdef: function_pb2.FunctionDef, library: dict[str, function_pb2.FunctionDef]) -> str:
+    """keys.graph_hash of a graph that calls ``fdef`` once: the function, its callees, in canonical form."""
+    graph = graph_pb2.GraphDef()
+    graph.library.function.add().CopyFrom(fdef)
+    for name in sorted(library):
+        graph.library.function.add().CopyFrom(library[name])
+    inputs = [f"arg{i}" for i in range(len(fdef.signature.input_arg))]
+    for name in inputs:
+        graph.node.add(name=name, op="Placeholder")
+    graph.node.add(name="call", op=fdef.signature.name, input=inputs)
+    outputs = max(1, len(fdef.signature.output_arg))
+    view = GraphView(graph, Signature.create([f"call:{i}" for i in range(outputs)], [f"{n}:0" for n in inputs]))
+    return keys.graph_hash(view)
+
+
+@dataclass
+class FunctionCall:
+    """One first call: the function, what it reaches, and the key parts that do not need canonicalizing."""
+
+    fdef: function_pb2.FunctionDef
+    library: dict[str, function_pb2.FunctionDef]
+    parts: dict[str, str]  # every part but "function" and "shapes"
+    fast_key: str
+    ops: set[str]  # op types of the function and its callees, calls of its callees excluded
+    _canonical: keys.Fingerprint | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.fdef.signature.name
+
+    def canonical(self) -> keys.Fingerprint:
+        """The entry key (canonicalizes every node: computed only when the fast key's alias is missing)."""
+        if self._canonical is None:
+            parts = dict(self.parts)
+            parts["function"] = canonical_function_hash(self.fdef, self.library)
+            parts["shapes"] = shape_annotations([self.fdef, *(self.library[n] for n in sorted(self.library))])
+            key = combine(parts, PART_ORDER)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("key %s for function %s: %s", key, self.name,
+                          " ".join(f"{p}={parts[p]}" for p in PART_ORDER))
+            self._canonical = keys.Fingerprint(key, {p: parts[p] for p in PART_ORDER})
+        return self._canonical
+
+
+def describe_call(ctx: Any, fdef: function_pb2.FunctionDef, tensor_inputs: tuple[Any, ...], call_options: Any,
+                  identity_hash: str) -> FunctionCall:
+    """The FunctionCall of ``fdef`` called with ``tensor_inputs`` under ``call_options`` in ``ctx``."""
+    ops = op_types(fdef)
+    library = reachable_library(ctx, fdef, ops)
+    for callee in library.values():
+        ops |= op_types(callee)
+    ops -= set(library)
+    config = call_options.config_proto_serialized
+    if config:
+        from tensorflow.core.protobuf import config_pb2
+
+        config = config_pb2.ConfigProto.FromString(config).SerializeToString(deterministic=True)
+    parts = {
+        "inputs": hash_text(json.dumps(describe_inputs(tensor_inputs))),
+        "call": hash_text(json.dumps([ctx.device_name or "", call_options.executor_type or "", config.hex()])),
+        "devices": hash_text(json.dumps(sorted(ctx.devices()))),
+        "identity": identity_hash,
+    }
+    exact = xxhash.xxh3_128()
+    for one in (fdef, *(library[n] for n in sorted(library))):
+        data = one.SerializeToString(deterministic=True)
+        exact.update(len(data).to_bytes(8, "little"))
+        exact.update(data)
+    fast = combine({**parts, "function": "exact:" + exact.hexdigest(), "shapes": "in-function"}, PART_ORDER)
+    return FunctionCall(fdef, library, parts, fast, ops)
+
+
+def identity_hash(identity: dict[str, Any]) -> str:
+    return hash_json(identity)
