@@ -1,0 +1,421 @@
+"""The index heals itself and the cache dir converges (core/rebuild.py, core/audit.py, CacheDir).
+
+The index is derived data: every entry file describes itself. So a damaged ``index.db`` (bit flips,
+truncated, random bytes, emptied, a -wal/-shm that cannot be opened) is set aside and rebuilt from the entry
+files on the next open, once even when several processes find it at once, and a rebuilder killed at any
+point leaves an index the next open uses or rebuilds. ``verify`` names an unreadable index and every kind of
+drift between rows and files (exit 1); ``verify --fix`` repairs them. A busy index costs one bounded wait.
+Everything here runs in fresh processes and through the real CLI (``python -m graphcache``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from graphcache.core import codec
+from graphcache.core.cachedir import CacheDir, row_from_header
+from graphcache.core.index import CacheIndex
+from graphcache.core.rebuild import KEEP_ASIDE
+from graphcache.core.schema import SCHEMA_V1, SCHEMA_VERSION
+from graphcache.store.local import LocalStore
+
+from .helpers import FAULTS, ROOT, record, run_python
+
+PAGE = 4096
+
+
+# -- helpers ----------------------------------------------------------------------------------------------------
+def write_entries(root: Path, count: int, *, version: str = "tf-test-1", seed: int = 0) -> list[str]:
+    """``count`` real entry files (small random payloads) with their rows, written like a cache writes them."""
+    rng = random.Random(seed)
+    store = LocalStore(root)
+    cache = CacheDir(root)
+    keys, rows = [], []
+    for i in range(count):
+        key = f"{rng.getrandbits(128):032x}"
+        header = codec.EntryHeader(key=key, version=version, identity={"device": "cpu"}, name=f"graph-{i}",
+                                   created=time.time())
+        data = codec.encode(header, rng.randbytes(64 + i % 200), compress=False)
+        store.write(key, data)
+        rows.append(row_from_header(header, len(data), time.time()))
+        keys.append(key)
+    cache.index.upsert_many(rows)
+    cache.index.record_version(version, {"tensorflow": "test"})
+    cache.index.add_counters({"hits": 7, "misses": 2})
+    cache.index.close()
+    return keys
+
+
+def entry_files(root: Path) -> dict[str, int]:
+    return {stored.key: stored.size for stored in LocalStore(root).scan()}
+
+
+def cli(root: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    return subprocess.run([sys.executable, "-m", "graphcache", "--cache-dir", str(root), *args],
+                          capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+
+
+def cli_json(root: Path, *args: str, exit_code: int = 0) -> dict | list:
+    result = cli(root, *args, "--json")
+    assert result.returncode == exit_code, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
+    return json.loads(result.stdout)
+
+
+def flip_bits(path: Path, seed: int = 1) -> None:
+    """Bit flips in every page: the page-type byte of each b-tree page after the first, plus random bits."""
+    rng = random.Random(seed)
+    data = bytearray(path.read_bytes())
+    for offset in range(PAGE, len(data), PAGE):
+        data[offset] ^= 0x01
+    for _ in range(16):
+        data[rng.randrange(100, len(data))] ^= 1 << rng.randrange(8)
+    path.write_bytes(bytes(data))
+
+
+def truncate(path: Path) -> None:
+    os.truncate(path, path.stat().st_size // 2)
+
+
+def garbage(path: Path) -> None:
+    path.write_bytes(random.Random(3).randbytes(path.stat().st_size))
+
+
+def empty(path: Path) -> None:
+    os.truncate(path, 0)
+
+
+def wal_in_the_way(path: Path) -> None:
+    Path(f"{path}-wal").mkdir()
+
+
+DAMAGES = {"bit flips": flip_bits, "truncated": truncate, "random bytes": garbage}
+MORE_DAMAGES = {**DAMAGES, "emptied": empty, "a -wal that cannot be opened": wal_in_the_way}
+
+
+def damage(root: Path, how: str) -> None:
+    for suffix in ("-wal", "-shm"):  # the index as it is on disk when no process has it open
+        Path(f"{root / 'index.db'}{suffix}").unlink(missing_ok=True)
+    MORE_DAMAGES[how](root / "index.db")
+    FAULTS.append(f"index.db {how}")
+
+
+def counters(root: Path) -> dict[str, float]:
+    with contextlib.closing(sqlite3.connect(root / "index.db")) as conn:
+        return dict(conn.execute("SELECT name, value FROM counters").fetchall())
+
+
+def aside_sets(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if p.name.startswith("index.db.corrupt-")
+                  and not p.name.endswith(("-wal", "-shm")))
+
+
+OPEN_AND_REPORT = r'''
+import json, sys, warnings
+warnings.simplefilter("always")
+from graphcache.core.cachedir import CacheDir
+root = sys.argv[1]
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    cache = CacheDir(root)
+    totals = cache.index.totals()
+print(json.dumps({"totals": totals, "warnings": [str(w.message) for w in caught],
+                  "outcome": cache.rebuilt.outcome if cache.rebuilt else None}))
+'''
+
+
+def run_child(code: str, *args: str, timeout: float = 120) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# -- an unreadable index is rebuilt on open -----------------------------------------------------------------------
+@pytest.mark.parametrize("how", sorted(MORE_DAMAGES))
+def test_a_damaged_index_is_reported_by_verify_then_rebuilt_by_the_next_open(cache_dir, how):
+    keys = write_entries(cache_dir, 40)
+    damage(cache_dir, how)
+    before = (cache_dir / "index.db").read_bytes() if (cache_dir / "index.db").is_file() else b""
+    found = cli_json(cache_dir, "verify", exit_code=1)
+    assert found["index"]["ok"] is False and found["index"]["path"].endswith("index.db")
+    assert "index.db" in found["index"]["problems"][0]["problem"] and found["bad"] == []
+    if (cache_dir / "index.db").is_file():
+        assert (cache_dir / "index.db").read_bytes() == before  # verify without --fix changes nothing
+    opened = run_child(OPEN_AND_REPORT, str(cache_dir))  # a fresh process opens the cache dir
+    assert opened["totals"][0] == 40
+    if how == "emptied":  # an empty file is a new index to SQLite: the service re-indexes it (test_done_when)
+        return
+    assert opened["outcome"] == "rebuilt"
+    [warning] = [w for w in opened["warnings"] if "graphcache" in w]
+    assert "was unreadable" in warning and "40 entries re-indexed" in warning and "counters reset" in warning
+    assert "without the cache" not in warning
+    stats = cli_json(cache_dir, "stats")
+    assert stats["entries"] == 40 and stats["bytes"] == sum(entry_files(cache_dir).values())
+    assert stats["hits"] == 0 and stats["errors"] == 1  # counters were reset; the rebuild is counted
+    assert counters(cache_dir)["index_rebuilds"] == 1
+    assert sorted(row["key"] for row in cli_json(cache_dir, "ls")) == sorted(keys)
+    assert len(aside_sets(cache_dir)) == 1
+    assert cli_json(cache_dir, "verify")["clean"]
+
+
+def test_read_only_commands_rebuild_a_damaged_index_when_the_dir_is_writable(cache_dir):
+    keys = write_entries(cache_dir, 12)
+    damage(cache_dir, "random bytes")
+    result = cli(cache_dir, "ls", "--json")
+    assert result.returncode == 0, result.stderr
+    assert sorted(row["key"] for row in json.loads(result.stdout)) == sorted(keys)
+    assert "rebuilt it from the entry files: 12 entries re-indexed" in result.stderr
+    assert cli_json(cache_dir, "stats")["entries"] == 12
+
+
+def test_verify_fix_rebuilds_a_damaged_index(cache_dir):
+    write_entries(cache_dir, 25)
+    damage(cache_dir, "bit flips")
+    fixed = cli_json(cache_dir, "verify", "--fix")
+    assert fixed["fixed"] and fixed["index"]["rebuilt"] and fixed["index"]["entries_reindexed"] == 25
+    assert fixed["index"]["problems"][0]["kind"] == "unreadable"
+    assert cli_json(cache_dir, "verify")["clean"]
+    assert cli_json(cache_dir, "stats")["entries"] == 25
+
+
+def test_only_the_newest_damaged_indexes_are_kept(cache_dir):
+    write_entries(cache_dir, 5)
+    for _ in range(KEEP_ASIDE + 2):
+        damage(cache_dir, "random bytes")
+        CacheDir(cache_dir).index.close()
+    assert len(aside_sets(cache_dir)) == KEEP_ASIDE
+    assert CacheDir(cache_dir).index.totals()[0] == 5
+
+
+def test_a_read_only_mount_with_a_damaged_index_lists_the_entry_files(tmp_path):
+    source, target = tmp_path / "source", tmp_path / "mounted"
+    source.mkdir()
+    target.mkdir()
+    keys = write_entries(source, 9)
+    damage(source, "random bytes")
+    if subprocess.run(["mount", "--bind", str(source), str(target)], capture_output=True).returncode:
+        pytest.skip("cannot bind-mount here (needs root)")
+    try:
+        if subprocess.run(["mount", "-o", "remount,ro,bind", str(target)], capture_output=True).returncode:
+            pytest.skip("cannot remount read-only here")
+        result = cli(target, "ls", "--json")
+        assert result.returncode == 0, result.stderr
+        assert sorted(row["key"] for row in json.loads(result.stdout)) == sorted(keys)
+        assert "cannot be written, so it is not rebuilt: reading the entry files instead" in result.stderr
+        assert cli_json(target, "stats")["entries"] == 9
+        assert cli_json(target, "verify", exit_code=1)["index"]["ok"] is False
+        assert cli(target, "verify", "--fix").returncode == 1
+    finally:
+        subprocess.run(["umount", "-l", str(target)], capture_output=True)
+    FAULTS.append("damaged index on a read-only mount")
+
+
+# -- processes at once, processes killed ------------------------------------------------------------------------
+REBUILDER = r'''
+import json, os, sys, time, warnings
+from graphcache.core.cachedir import CacheDir
+root, barrier = sys.argv[1], sys.argv[2]
+while not os.path.exists(barrier):
+    time.sleep(0.001)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    cache = CacheDir(root)
+    totals = cache.index.totals()
+print(json.dumps({"totals": totals, "outcome": cache.rebuilt.outcome if cache.rebuilt else None,
+                  "warnings": [str(w.message) for w in caught]}))
+'''
+
+
+def test_processes_finding_a_damaged_index_at_once_rebuild_it_once(cache_dir, tmp_path):
+    write_entries(cache_dir, 3000)
+    damage(cache_dir, "random bytes")
+    barrier = tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-c", REBUILDER, str(cache_dir), str(barrier)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    time.sleep(1.0)
+    barrier.touch()
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-3000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert all(r["totals"][0] == 3000 for r in results)
+    outcomes = sorted(str(r["outcome"]) for r in results)
+    assert outcomes.count("rebuilt") == 1, outcomes  # the others used it: rebuilt by another process, or sound
+    assert counters(cache_dir)["index_rebuilds"] == 1 and len(aside_sets(cache_dir)) == 1
+    for result in results:
+        if result["outcome"] == "by_other":
+            assert any("another process rebuilt it" in w for w in result["warnings"])
+
+
+OPEN_ON_GO = r'''
+import sys, time, warnings
+warnings.simplefilter("ignore")
+from graphcache.core.cachedir import CacheDir
+print("ready", flush=True)
+sys.stdin.readline()
+start = time.monotonic()
+CacheDir(sys.argv[1])
+print(f"done {time.monotonic() - start:.3f}", flush=True)
+'''
+
+
+def test_a_rebuilder_killed_at_any_point_leaves_an_index_the_next_open_uses_or_rebuilds(cache_dir):
+    """Each trial damages the index (alternately in a way that is rebuilt in place and one that is replaced),
+    lets a fresh process start rebuilding it and SIGKILLs that process at a random moment."""
+    keys = write_entries(cache_dir, 3000)
+    damage(cache_dir, "random bytes")
+    start = time.monotonic()
+    CacheDir(cache_dir).index.close()  # how long one rebuild takes here: the kills land within it
+    took = time.monotonic() - start
+    rng = random.Random(11)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    outcomes = []
+    trials = 6
+    for trial in range(trials):
+        damage(cache_dir, "bit flips" if trial % 2 else "random bytes")
+        with subprocess.Popen([sys.executable, "-c", OPEN_ON_GO, str(cache_dir)], env=env, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as proc:
+            assert proc.stdout.readline().strip() == "ready"
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            time.sleep(rng.uniform(0.0, 1.3 * took))
+            proc.send_signal(signal.SIGKILL)
+            finished = proc.stdout.read().strip()
+        opened = run_child(OPEN_AND_REPORT, str(cache_dir))
+        assert opened["totals"] == [len(keys), sum(entry_files(cache_dir).values())], (trial, opened)
+        outcomes.append("finished" if finished else opened["outcome"] or "used")
+    assert cli_json(cache_dir, "verify")["clean"]
+    killed = trials - outcomes.count("finished")
+    assert killed >= 1, outcomes  # (a rebuild here takes about as long as measured above)
+    FAULTS.extend(["rebuilder killed"] * killed)
+    record("index rebuild killed", f"{killed} of {trials} rebuilders SIGKILLed mid-rebuild; the next open used "
+                                   f"the index {outcomes.count('used')} times and rebuilt it "
+                                   f"{outcomes.count('rebuilt')} times; never an index short of an entry")
+
+
+# -- the index and the files out of step ----------------------------------------------------------------------------
+def test_verify_reports_each_kind_of_drift_and_fix_repairs_it(cache_dir, tmp_path):
+    keys = write_entries(cache_dir, 10)
+    other = tmp_path / "other"
+    other.mkdir()
+    [foreign] = write_entries(other, 1, version="tf-other-2", seed=5)
+    store = LocalStore(cache_dir)
+    store.path_for(keys[0]).unlink()  # an entry file deleted behind the index's back
+    target = store.path_for(foreign)  # an entry file copied in from another cache dir
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(LocalStore(other).path_for(foreign), target)
+    with contextlib.closing(sqlite3.connect(cache_dir / "index.db")) as conn, conn:
+        conn.execute("UPDATE entries SET size = size + 5 WHERE key = ?", (keys[1],))
+        conn.execute("UPDATE entries SET version = 'tf-elsewhere' WHERE key = ?", (keys[2],))
+    found = cli_json(cache_dir, "verify", exit_code=1)
+    assert found["drift"]["missing_files"] == [keys[0]] and found["drift"]["unindexed"] == [foreign]
+    assert found["drift"]["wrong_size"] == [keys[1]] and found["drift"]["wrong_header"] == [keys[2]]
+    assert found["drift"]["counts"] == {"missing_files": 1, "unindexed": 1, "wrong_size": 1, "wrong_header": 1}
+    assert found["index"]["ok"] and found["bad"] == []
+    human = cli(cache_dir, "verify")
+    assert human.returncode == 1 and "1 indexed entry whose file is gone" in human.stderr
+    assert "1 entry file the index lacks" in human.stderr and keys[0] in human.stdout
+    assert cli_json(cache_dir, "verify", "--fix")["fixed"]
+    assert cli_json(cache_dir, "verify")["clean"]
+    files = entry_files(cache_dir)
+    stats = cli_json(cache_dir, "stats")
+    assert (stats["entries"], stats["bytes"]) == (len(files), sum(files.values())) == (10, stats["bytes"])
+    rows = {row["key"]: row for row in cli_json(cache_dir, "ls")}
+    assert set(rows) == set(files) and rows[keys[2]]["version"] == "tf-test-1"
+    assert rows[foreign]["version"] == "tf-other-2"
+
+
+def test_verify_checks_the_totals_and_the_counters(cache_dir):
+    write_entries(cache_dir, 6)
+    with contextlib.closing(sqlite3.connect(cache_dir / "index.db")) as conn, conn:
+        conn.execute("UPDATE totals SET entries = entries + 3")
+        conn.execute("UPDATE counters SET value = -4 WHERE name = 'hits'")
+    found = cli_json(cache_dir, "verify", exit_code=1)
+    kinds = {problem["kind"]: problem["problem"] for problem in found["index"]["problems"]}
+    assert set(kinds) == {"totals", "counters"} and "9 entries" in kinds["totals"] and "hits=-4" in kinds["counters"]
+    assert cli_json(cache_dir, "verify", "--fix")["fixed"]
+    assert cli_json(cache_dir, "verify")["clean"]
+    stats = cli_json(cache_dir, "stats")
+    assert stats["entries"] == 6 and stats["hits"] == 0 and stats["misses"] == 2
+
+
+def test_the_periodic_open_check_repairs_drift_and_totals(cache_dir):
+    keys = write_entries(cache_dir, 8)
+    LocalStore(cache_dir).path_for(keys[3]).unlink()
+    with contextlib.closing(sqlite3.connect(cache_dir / "index.db")) as conn, conn:
+        conn.execute("UPDATE totals SET bytes = bytes + 1000")
+        conn.execute("DELETE FROM entries WHERE key = ?", (keys[4],))  # a row lost (the file stays)
+    cache = CacheDir(cache_dir)
+    assert cache.converge() == (1, 1)  # never checked: due at once
+    assert cache.converge() is None  # not due again for CHECK_EVERY
+    files = entry_files(cache_dir)
+    assert cache.index.totals() == (len(files), sum(files.values())) and cache.index.check() == []
+
+
+# -- schema versions ------------------------------------------------------------------------------------------------
+def test_an_index_of_schema_0_is_migrated_keeping_its_rows_and_counters(cache_dir):
+    with contextlib.closing(sqlite3.connect(cache_dir / "index.db")) as conn:
+        conn.executescript(SCHEMA_V1)
+        conn.execute("INSERT INTO entries (key, size, created, last_used, version) VALUES (?, 5, 1, 2, 'v')",
+                     ("a" * 32,))
+        conn.execute("INSERT INTO counters VALUES ('hits', 4)")
+        conn.commit()
+    index = CacheIndex(cache_dir)
+    assert [row.key for row in index.rows()] == ["a" * 32] and index.counters() == {"hits": 4}
+    assert index.totals() == (1, 5) and not index.created_now and index.built is None
+    with contextlib.closing(sqlite3.connect(cache_dir / "index.db")) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    index.close()
+
+
+# -- a busy index ---------------------------------------------------------------------------------------------------
+HOLDER = r'''
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+conn.execute("INSERT INTO counters (name, value) VALUES ('held', 1)")
+print("holding", flush=True)
+time.sleep(600)
+'''
+
+
+@contextlib.contextmanager
+def write_lock_held(root: Path):
+    """A real second process holding the index's write lock (``BEGIN IMMEDIATE``), as a hung process would."""
+    with subprocess.Popen([sys.executable, "-c", HOLDER, str(root / "index.db")], stdout=subprocess.PIPE,
+                          text=True) as holder:
+        try:
+            assert holder.stdout.readline().strip() == "holding"
+            yield holder
+        finally:
+            holder.kill()
+
+
+def test_a_busy_index_costs_cli_writes_one_bounded_wait(cache_dir):
+    write_entries(cache_dir, 3)
+    with write_lock_held(cache_dir):
+        start = time.monotonic()
+        cache = CacheDir(cache_dir, timeout=1.0)
+        for _ in range(5):
+            with pytest.raises(sqlite3.OperationalError, match="held by another process for over 1s"):
+                cache.index.add_counters({"hits": 1})
+        assert time.monotonic() - start < 4.0  # one wait of 1 s, then 0.05 s per try
+        assert cache.index.totals()[0] == 3  # readers never wait
+    cache.index.add_counters({"hits": 1})
+    assert not cache.index.busy and cache.index.counters()["hits"] == 8
