@@ -31,7 +31,7 @@ from graphcache.core.rebuild import KEEP_ASIDE
 from graphcache.core.schema import SCHEMA_V1, SCHEMA_VERSION
 from graphcache.store.local import LocalStore
 
-from .helpers import FAULTS, ROOT, record, run_python
+from .helpers import FAULTS, ROOT, record
 
 PAGE = 4096
 
@@ -419,3 +419,113 @@ def test_a_busy_index_costs_cli_writes_one_bounded_wait(cache_dir):
         assert cache.index.totals()[0] == 3  # readers never wait
     cache.index.add_counters({"hits": 1})
     assert not cache.index.busy and cache.index.counters()["hits"] == 8
+
+
+# -- done when: real compiles, fresh processes, the real CLI ---------------------------------------------------
+COMPILE_CACHED = r'''
+import json, sys, time, warnings
+import numpy as np
+import graphcache
+from graphcache.errors import GraphCacheWarning
+cache_dir, model, lock_timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
+meta = json.load(open(model + ".json"))
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    start = time.monotonic()
+    cache = graphcache.GraphCache(cache_dir, lock_timeout=lock_timeout)
+    hits = []
+    for path in meta["graphs"]:
+        compiled = cache.compile(path, meta["fetches"], meta["feeds"])
+        with compiled.session() as sess:
+            out = sess.run(meta["fetches"][0], {meta["feeds"][0]: np.ones(meta["shape"], np.float32)})
+        hits.append(compiled.hit)
+    seconds = time.monotonic() - start
+    stats = cache.stats()
+print(json.dumps({"hits": hits, "seconds": seconds, "warnings": [str(w.message) for w in caught
+                  if issubclass(w.category, GraphCacheWarning)], "stats_hits": stats.hits,
+                  "entries": stats.entries}))
+'''
+
+
+def _models(tmp_path: Path, mlp, count: int = 2) -> Path:
+    """``count`` distinct graphs (the mlp with one constant changed) as .pb files, and their signature."""
+    paths = []
+    for i in range(count):
+        graph_def = type(mlp.graph_def)()
+        graph_def.CopyFrom(mlp.graph_def)
+        const = next(n for n in graph_def.node if n.op == "Const" and n.attr["value"].tensor.tensor_content)
+        content = bytearray(const.attr["value"].tensor.tensor_content)
+        content[0] ^= i
+        const.attr["value"].tensor.tensor_content = bytes(content)
+        path = tmp_path / f"graph{i}.pb"
+        path.write_bytes(graph_def.SerializeToString())
+        paths.append(str(path))
+    meta = tmp_path / "graphs.json"
+    meta.write_text(json.dumps({"graphs": paths, "feeds": mlp.feeds, "fetches": mlp.fetches,
+                                "shape": list(mlp.input_shape)}))
+    return tmp_path / "graphs"
+
+
+def _compile_in_child(cache_dir: Path, model: Path, lock_timeout: float = 600) -> dict:
+    """COMPILE_CACHED in a fresh process (tests/helpers.run_python passes no arguments, so the same way)."""
+    return run_child(COMPILE_CACHED, str(cache_dir), str(model), str(lock_timeout), timeout=300)
+
+
+@pytest.mark.parametrize("how", sorted(DAMAGES))
+def test_done_when_a_damaged_index_never_costs_a_hit(cache_dir, tmp_path, mlp, how):
+    model = _models(tmp_path, mlp)
+    first = _compile_in_child(cache_dir, model)
+    assert first["hits"] == [False, False]
+    files = entry_files(cache_dir)
+    damage(cache_dir, how)
+    found = cli_json(cache_dir, "verify", exit_code=1)
+    assert not found["index"]["ok"] and "index.db" in found["index"]["problems"][0]["problem"]
+    again = _compile_in_child(cache_dir, model)
+    assert again["hits"] == [True, True]  # the next compile of a cached graph hits
+    assert not [w for w in again["warnings"] if "without the cache" in w], again["warnings"]
+    assert len(again["warnings"]) == 1 and "rebuilt it from the entry files" in again["warnings"][0]
+    stats = cli_json(cache_dir, "stats")
+    assert (stats["entries"], stats["bytes"]) == (len(files), sum(files.values()))
+    assert stats["hits"] == 2  # counted on the rebuilt index
+    assert sorted(row["key"] for row in cli_json(cache_dir, "ls")) == sorted(files)
+    assert cli_json(cache_dir, "verify")["clean"]
+
+
+def test_done_when_entry_files_out_of_step_are_reported_and_fixed(cache_dir, tmp_path, mlp):
+    model = _models(tmp_path, mlp, 3)
+    _compile_in_child(cache_dir, model)
+    other = tmp_path / "other"
+    other.mkdir()
+    [foreign] = write_entries(other, 1, version="tf-other-2", seed=9)
+    keys = sorted(entry_files(cache_dir))
+    LocalStore(cache_dir).path_for(keys[0]).unlink()  # deleted behind the index's back
+    target = LocalStore(cache_dir).path_for(foreign)  # copied in from another cache dir
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(LocalStore(other).path_for(foreign), target)
+    found = cli_json(cache_dir, "verify", exit_code=1)
+    assert (found["drift"]["missing_files"], found["drift"]["unindexed"]) == ([keys[0]], [foreign])
+    cli_json(cache_dir, "verify", "--fix")
+    assert cli_json(cache_dir, "verify")["clean"]
+    files = entry_files(cache_dir)
+    stats = cli_json(cache_dir, "stats")
+    assert (stats["entries"], stats["bytes"]) == (len(files), sum(files.values())) and len(files) == 3
+
+
+def test_done_when_a_busy_index_costs_one_bounded_wait(cache_dir, tmp_path, mlp):
+    """Another process holds the index's write lock (BEGIN IMMEDIATE) for the whole run: the run waits once,
+    at most the lock timeout, then serves its hit and its miss without the index, with one warning."""
+    model = _models(tmp_path, mlp, 2)
+    meta = json.loads((tmp_path / "graphs.json").read_text())
+    single = dict(meta, graphs=meta["graphs"][:1])
+    (tmp_path / "one.json").write_text(json.dumps(single))
+    _compile_in_child(cache_dir, tmp_path / "one")  # graph 0 cached; graph 1 will be a miss
+    with write_lock_held(cache_dir):
+        busy = _compile_in_child(cache_dir, model, lock_timeout=2)
+    FAULTS.append("index write lock held by another process")
+    assert busy["hits"] == [True, False]
+    assert busy["seconds"] < 30  # one 2 s wait, then 0.05 s per index write (a compile takes most of it)
+    [warning] = busy["warnings"]
+    assert "is busy" in warning and "goes on without it" in warning and "without the cache" not in warning
+    after = _compile_in_child(cache_dir, model)
+    assert after["hits"] == [True, True] and after["entries"] == 2  # the miss was stored all the same
+    assert cli_json(cache_dir, "verify")["clean"]

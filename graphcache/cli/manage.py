@@ -277,7 +277,7 @@ def verify_view(report: VerifyReport) -> Table | None:
         return None
     view = table(Column("KEY / FILE", no_wrap=True), "PROBLEM")
     for problem in report.index:
-        view.add_row(INDEX_FILE, problem.text)
+        view.add_row(INDEX_FILE, problem.text.removeprefix(f"{INDEX_FILE}: "))
     for key, problem in report.bad:
         view.add_row(key, problem)
     for kind, keys in report.drift.as_dict().items():

@@ -44,7 +44,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .schema import META_BUILT, MIGRATIONS, ROW_COLUMNS, SCHEMA_VERSION, UPSERT, row_values, statements
+from .schema import (
+    META_BUILT,
+    MIGRATIONS,
+    ROW_COLUMNS,
+    SCHEMA_VERSION,
+    UPSERT,
+    row_values,
+    schema_problems,
+    statements,
+)
 
 INDEX_FILE = "index.db"
 BUSY_RETRY = 0.05  # seconds a write waits for the lock after a full wait expired, until a write succeeds
@@ -94,10 +103,13 @@ _CORRUPT_TEXT = ("malformed", "not a database", "Could not decode")
 T = TypeVar("T")
 
 
-def classify(exc: sqlite3.Error, *, opening: bool = False) -> sqlite3.Error:
-    """``exc`` as IndexCorruptError or IndexBusyError when it is one of those, else ``exc`` itself."""
+def classify(exc: sqlite3.Error | UnicodeDecodeError, *, opening: bool = False) -> sqlite3.Error:
+    """``exc`` as IndexCorruptError or IndexBusyError when it is one of those, else ``exc`` itself. Text
+    SQLite returns that is not UTF-8 (a message quoting damaged schema text, say) is corruption too."""
     if isinstance(exc, IndexCorruptError | IndexBusyError):
         return exc
+    if isinstance(exc, UnicodeDecodeError):
+        return IndexCorruptError(f"the index holds text that is not UTF-8 ({exc})")
     code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
     text = str(exc)
     if code in _BUSY_CODES or "database is locked" in text:
@@ -125,9 +137,12 @@ def _row(values: tuple) -> IndexRow:
 
 
 def _quick_check(conn: sqlite3.Connection) -> None:
+    """SQLite's quick check (every page well-formed) and the stored schema against graphcache's."""
     lines = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
     if lines != ["ok"]:
         raise IndexCorruptError(f"SQLite's quick check failed: {'; '.join(map(str, lines[:3]))}")
+    for problem in schema_problems(conn):
+        raise IndexCorruptError(problem)
 
 
 def _table_names(conn: sqlite3.Connection) -> set[str]:
@@ -186,7 +201,7 @@ class CacheIndex:
         except BaseException as exc:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
-            if isinstance(exc, sqlite3.Error):
+            if isinstance(exc, sqlite3.Error | UnicodeDecodeError):
                 error = classify(exc, opening=True)
                 if error is not exc:
                     raise error from exc
@@ -289,7 +304,7 @@ class CacheIndex:
                             raise sqlite3.OperationalError("index not available")
                         return default
                     result = self._execute(conn, fn, write)
-                except sqlite3.Error as exc:
+                except (sqlite3.Error, UnicodeDecodeError) as exc:
                     error = classify(exc)
                     if isinstance(error, IndexBusyError):
                         self._enter_busy(error)
@@ -443,7 +458,7 @@ class CacheIndex:
 
     def check(self, *, full: bool = True) -> list[IndexProblem]:
         """The index's own problems, without repairing anything: SQLite's integrity check (``full``) or quick
-        check, rows that are not entry rows, the trigger-kept totals against the rows, counters that are
+        check, the stored schema against graphcache's, rows that are not entry rows, the trigger-kept totals against the rows, counters that are
         negative or not numbers. An index that cannot be read at all is one ``unreadable`` problem."""
         def inspect(conn: sqlite3.Connection) -> list[IndexProblem]:
             found: list[IndexProblem] = []
@@ -453,6 +468,7 @@ class CacheIndex:
                 more = f" (and {len(lines) - 3} more)" if len(lines) > 3 else ""
                 found.append(IndexProblem("integrity", f"SQLite's integrity check failed: "
                                                        f"{'; '.join(lines[:3])}{more}"))
+            found.extend(IndexProblem("integrity", problem) for problem in schema_problems(conn))
             bad_rows = 0
             for values in conn.execute(f"SELECT {ROW_COLUMNS} FROM entries"):
                 try:
@@ -476,7 +492,7 @@ class CacheIndex:
         try:
             return self._run(inspect, write=False, heal=False, default=[])
         except sqlite3.Error as exc:
-            return [IndexProblem("unreadable", f"{type(classify(exc)).__name__}: {exc}")]
+            return [IndexProblem("unreadable", str(exc))]
 
     def recount(self) -> None:
         """Set the totals row from the rows (after a check found them apart)."""

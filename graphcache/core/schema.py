@@ -8,6 +8,7 @@ index may be opened read-only (no migration runs then), and fill it in ``write_i
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
@@ -112,3 +113,34 @@ def write_index(path: str | os.PathLike[str], rows: Iterable[IndexRow],
         conn.execute("PRAGMA journal_mode=WAL")
     finally:
         conn.close()
+
+
+@functools.cache
+def _expected_schema() -> dict[tuple[bytes, bytes], tuple[bytes, bytes | None]]:
+    """(type, name) -> (table, SQL) of every schema object, as SQLite stores them for MIGRATIONS."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        for step in MIGRATIONS:
+            for statement in statements(step):
+                conn.execute(statement)
+        return _stored_schema(conn)
+    finally:
+        conn.close()
+
+
+def _stored_schema(conn: sqlite3.Connection) -> dict[tuple[bytes, bytes], tuple[bytes, bytes | None]]:
+    rows = conn.execute("SELECT CAST(type AS BLOB), CAST(name AS BLOB), CAST(tbl_name AS BLOB), CAST(sql AS BLOB) "
+                        "FROM sqlite_master").fetchall()
+    return {(kind, name): (table, sql) for kind, name, table, sql in rows}
+
+
+def schema_problems(conn: sqlite3.Connection) -> list[str]:
+    """How the stored schema differs from SCHEMA_VERSION's: a flipped byte in a trigger's text passes
+    SQLite's integrity check and fails only when the trigger fires. An index of a newer schema is not
+    compared (it may have changed what this version knows)."""
+    if conn.execute("PRAGMA user_version").fetchone()[0] > SCHEMA_VERSION:
+        return []
+    stored = _stored_schema(conn)
+    wrong = [name.decode(errors="replace") for (kind, name), definition in _expected_schema().items()
+             if stored.get((kind, name)) != definition]
+    return [f"its schema differs from graphcache's in {', '.join(sorted(wrong))}"] if wrong else []
