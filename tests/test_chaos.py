@@ -200,7 +200,8 @@ def test_chaos_leaves_a_clean_cache_and_only_right_results(cache_dir, mlp, tmp_p
         end = time.monotonic() + SECONDS
         while time.monotonic() < end:
             time.sleep(rng.uniform(0.02, 0.25))
-            if rng.random() < KILL_CHANCE:  # a worker that is past its start-up, at a random point of its work
+            half_way_without_a_kill = not killed and time.monotonic() > end - SECONDS / 2
+            if rng.random() < KILL_CHANCE or half_way_without_a_kill:  # a started worker, at a random point
                 live = [proc for proc, log in zip(procs, logs, strict=True)
                         if proc.poll() is None and log.exists() and '"ready"' in log.read_text()]
                 if live:

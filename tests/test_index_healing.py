@@ -149,6 +149,7 @@ def run_child(code: str, *args: str, timeout: float = 120) -> dict:
 def test_a_damaged_index_is_reported_by_verify_then_rebuilt_by_the_next_open(cache_dir, how):
     keys = write_entries(cache_dir, 40)
     damage(cache_dir, how)
+    inode = os.stat(cache_dir / "index.db").st_ino
     before = (cache_dir / "index.db").read_bytes() if (cache_dir / "index.db").is_file() else b""
     found = cli_json(cache_dir, "verify", exit_code=1)
     assert found["index"]["ok"] is False and found["index"]["path"].endswith("index.db")
@@ -160,6 +161,10 @@ def test_a_damaged_index_is_reported_by_verify_then_rebuilt_by_the_next_open(cac
     if how == "emptied":  # an empty file is a new index to SQLite: the service re-indexes it (test_done_when)
         return
     assert opened["outcome"] == "rebuilt"
+    # pages SQLite can still write are rewritten in place (processes connected to the file read the new
+    # content); a file that is no database at all is replaced by a rename
+    in_place = os.stat(cache_dir / "index.db").st_ino == inode
+    assert in_place == (how == "bit flips"), how
     [warning] = [w for w in opened["warnings"] if "graphcache" in w]
     assert "was unreadable" in warning and "40 entries re-indexed" in warning and "counters reset" in warning
     assert "without the cache" not in warning
@@ -222,6 +227,23 @@ def test_a_read_only_mount_with_a_damaged_index_lists_the_entry_files(tmp_path):
     finally:
         subprocess.run(["umount", "-l", str(target)], capture_output=True)
     FAULTS.append("damaged index on a read-only mount")
+
+
+def test_an_index_replaced_by_garbage_under_a_running_process_is_rebuilt_and_the_run_goes_on(cache_dir):
+    keys = write_entries(cache_dir, 30)
+    with pytest.warns(Warning) as caught:
+        cache = CacheDir(cache_dir)
+        assert cache.index.totals()[0] == 30
+        junk = cache_dir / "junk"
+        junk.write_bytes(random.Random(4).randbytes(50_000))
+        os.replace(junk, cache_dir / "index.db")  # as a copy or restore by some other program would
+        FAULTS.append("index.db replaced under a running process")
+        cache.index.add_counters({"hits": 1})  # reconnects, finds no database, rebuilds, then counts
+    assert [str(w.message) for w in caught if "was unreadable" in str(w.message) and "30 entries" in str(w.message)]
+    assert cache.index.totals()[0] == 30 and cache.index.counters()["hits"] == 1
+    assert sorted(row.key for row in cache.entries()) == sorted(keys)
+    cache.index.close()
+    assert cli_json(cache_dir, "verify")["clean"]
 
 
 # -- processes at once, processes killed ------------------------------------------------------------------------
