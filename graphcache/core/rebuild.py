@@ -44,7 +44,7 @@ from ..errors import CorruptEntryError
 from ..store.local import LOCKS_DIR, TMP_GRACE_SECONDS, LocalStore
 from . import codec
 from .failures import STORAGE_ERRORS
-from .index import INDEX_FILE, CacheIndex, IndexRow, copy_index, probe_built
+from .index import INDEX_FILE, CacheIndex, IndexBusyError, IndexRow, classify, copy_index, probe_built
 from .keyparts import identity_id
 from .schema import write_index
 
@@ -59,7 +59,7 @@ REBUILD_COUNTERS = {"errors": 1, "index_rebuilds": 1}
 # What a rebuild attempt came to (Rebuild.outcome)
 REBUILT = "rebuilt"  # this process rebuilt it
 BY_OTHER = "by_other"  # another process had rebuilt it by the time the lock was ours
-BUSY = "busy"  # another process is still rebuilding it (the lock was not ours within the wait)
+BUSY = "busy"  # another process is rebuilding it, or writing it, for longer than the wait
 FAILED = "failed"  # rebuilding failed (I/O): the cache serves entry files without an index
 NOT_WRITABLE = "not_writable"  # the cache dir cannot be written: the entry files are read instead
 
@@ -172,6 +172,8 @@ def rebuild_index(root: Path, store: LocalStore, problem: str, *, wait: float, s
         _prune_aside(root)
         log.info("graphcache: rebuilt the index of %s from %d entry files (%s)", root, len(rows), problem)
         return Rebuild(problem, REBUILT, len(rows), aside)
+    except IndexBusyError:
+        return Rebuild(problem, BUSY)
     except STORAGE_ERRORS as exc:
         return Rebuild(problem, FAILED, error=f"{type(exc).__name__}: {exc}")
     finally:
@@ -194,6 +196,8 @@ def _install(root: Path, temp: Path, wait: float) -> str:
             copy_index(temp, path, wait)  # in place: connected processes read the new content
             return kept
         except sqlite3.Error as exc:
+            if isinstance(classify(exc), IndexBusyError):
+                raise classify(exc) from exc  # a process is writing it: never replace a file in such use (rebuild_index: BUSY)
             log.debug("graphcache: cannot rewrite %s in place (%s); replacing it", path, exc)
     for suffix in ("-wal", "-shm"):  # never pair the new file with the old one's WAL
         old = Path(f"{path}{suffix}")
