@@ -97,6 +97,9 @@ class Rebuild:
                     "counters reset (no cached entry was lost)")
         if self.outcome == BY_OTHER:
             return f"{head}; another process rebuilt it from the entry files (counters were reset)"
+        if self.outcome == BUSY and self.error:
+            return (f"{head}; serving hits from the entry files; another process is writing to it ({self.error}), "
+                    "so it is rebuilt at a later open (LRU order, the size cap and counters are skipped until then)")
         if self.outcome == BUSY:
             return (f"{head}; serving hits from the entry files; the index is being rebuilt by another "
                     "process (LRU order, the size cap and counters are skipped until it is done)")
@@ -172,8 +175,8 @@ def rebuild_index(root: Path, store: LocalStore, problem: str, *, wait: float, s
         _prune_aside(root)
         log.info("graphcache: rebuilt the index of %s from %d entry files (%s)", root, len(rows), problem)
         return Rebuild(problem, REBUILT, len(rows), aside)
-    except IndexBusyError:
-        return Rebuild(problem, BUSY)
+    except IndexBusyError as exc:
+        return Rebuild(problem, BUSY, error=str(exc))
     except STORAGE_ERRORS as exc:
         return Rebuild(problem, FAILED, error=f"{type(exc).__name__}: {exc}")
     finally:
