@@ -156,10 +156,11 @@ def test_a_damaged_index_is_reported_by_verify_then_rebuilt_by_the_next_open(cac
     assert "index.db" in found["index"]["problems"][0]["problem"] and found["bad"] == []
     if (cache_dir / "index.db").is_file():
         assert (cache_dir / "index.db").read_bytes() == before  # verify without --fix changes nothing
+    if how == "emptied":  # an empty file is a new index to SQLite: read-only opens rebuild it, writers index
+        assert cli_json(cache_dir, "stats")["entries"] == 40  # the files into it (test_a_cache_whose_index_...)
+        return
     opened = run_child(OPEN_AND_REPORT, str(cache_dir))  # a fresh process opens the cache dir
     assert opened["totals"][0] == 40
-    if how == "emptied":  # an empty file is a new index to SQLite: the service re-indexes it (test_done_when)
-        return
     assert opened["outcome"] == "rebuilt"
     # pages SQLite can still write are rewritten in place (processes connected to the file read the new
     # content); a file that is no database at all is replaced by a rename
@@ -175,6 +176,30 @@ def test_a_damaged_index_is_reported_by_verify_then_rebuilt_by_the_next_open(cac
     assert sorted(row["key"] for row in cli_json(cache_dir, "ls")) == sorted(keys)
     assert len(aside_sets(cache_dir)) == 1
     assert cli_json(cache_dir, "verify")["clean"]
+
+
+OPEN_SERVICE = r'''
+import json, sys, warnings
+from graphcache.core.service import EntryService
+from graphcache.core.settings import CacheSettings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    service = EntryService(sys.argv[1], CacheSettings.resolve(), version="tf-test-1", version_info={})
+    stats = service.stats()
+print(json.dumps({"entries": stats.entries, "warnings": [str(w.message) for w in caught]}))
+'''
+
+
+def test_a_cache_whose_index_was_emptied_indexes_its_files_again(cache_dir):
+    """An empty index.db is a new database to SQLite: the entry service (GraphCache's TF-free half) indexes
+    the entry files into it at once and says the index was empty."""
+    write_entries(cache_dir, 15)
+    damage(cache_dir, "emptied")
+    opened = run_child(OPEN_SERVICE, str(cache_dir))
+    assert opened["entries"] == 15
+    [warning] = opened["warnings"]
+    assert "was empty" in warning and "indexed the 15 entry files again" in warning
+    assert "without the cache" not in warning
 
 
 def test_read_only_commands_rebuild_a_damaged_index_when_the_dir_is_writable(cache_dir):

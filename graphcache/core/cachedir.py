@@ -118,16 +118,16 @@ class CacheDir:
             self.index = None
         if self.index is not None and not self.index.memory:
             self.index.on_corrupt = self._on_corrupt
-            if self.index.created_now and not self.read_only:
-                self._index_files()
 
-    def _index_files(self) -> None:
-        """A new index beside entry files (a first open, an index deleted or emptied): index the files."""
+    def index_files(self) -> int:
+        """Index the entry files into a new index (``index.created_now``: a first open, an index deleted or
+        emptied); returns how many were indexed, and warns when an existing index file was found empty."""
         added, _ = self.reconcile()
         if added and self.index is not None and self.index.was_empty and self.warn:
             warn_once("index_corrupt", f"graphcache: the cache index {self.index_path} was empty (truncated?); "
                                        f"indexed the {added} entry files again, counters reset (no cached entry "
                                        "was lost)")
+        return added
 
     @property
     def index_path(self) -> Path:

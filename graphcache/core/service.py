@@ -118,7 +118,8 @@ class EntryService:
 
     def _open(self) -> None:
         """Open the index (rebuilding it when unreadable, core/cachedir.py) and do the housekeeping a
-        writable cache does once per process: tag the dir, record this version, purge stale versions, remove temp files of dead writers, check the index
+        writable cache does once per process: tag the dir, index the entry files when the index is new,
+        record this version, purge stale versions, remove temp files of dead writers, check the index
         against the files when that is due (CacheDir.converge), evict by age."""
         try:
             self.dir = self._management_dir()
@@ -130,6 +131,8 @@ class EntryService:
             return
         try:
             tag_cache_dir(self.cache_dir)
+            if self.index.created_now:
+                self.dir.index_files()
             self.index.record_version(self.version, self.version_info)
             if self.on_version_change == "purge":
                 self.last_purge = purge_stale_versions(self.index, self.dir.store, self.version, self.stale_after)
