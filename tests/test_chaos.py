@@ -274,6 +274,6 @@ def test_chaos_leaves_a_clean_cache_and_only_right_results(cache_dir, mlp, tmp_p
                     + ", ".join(f"{ops[op]} {op}" for op in sorted(ops) if op != "compile")
                     + f"; {refused} damaged bundles refused), {sum(faults.values())} faults injected ("
                     + ", ".join(f"{faults[kind]} in {kind}" for kind in sorted(faults))
-                    + f"), {killed} processes killed, {rebuilds} of them rebuilt the index; "
+                    + f"), {killed} processes killed; {rebuilds} worker processes rebuilt the index; "
                     f"wrong results = {len(wrong)}, errors = {len(errors)}; verify --fix then clean, "
                     "counters >= 0")
