@@ -11,6 +11,7 @@ periodic open-time check of the index against the files; ``audit`` (``verify``) 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import stat
@@ -24,8 +25,8 @@ from . import settings
 from .audit import VerifyReport, audit, find_drift, repair_drift
 from .failures import warn_once
 from .filters import Filter
-from .index import INDEX_FILE, CacheIndex, IndexCorruptError, IndexRow
-from .rebuild import NOT_WRITABLE, Rebuild, memory_index, rebuild_index
+from .index import INDEX_ERRORS, INDEX_FILE, CacheIndex, IndexCorruptError, IndexRow
+from .rebuild import FAILED, NOT_WRITABLE, Rebuild, memory_index, rebuild_index
 from .rebuild import row_from_header as row_from_header  # re-exported: the service and bundles index entries
 from .schema import META_CHECKED
 from .selection import Selection, SelectionError, resolve_prefix, select
@@ -164,8 +165,10 @@ class CacheDir:
             warn_once("index_corrupt", result.warning(self.index_path))
 
     def _record_own_version(self, index: CacheIndex) -> None:
+        """Best effort: the version a rebuilt manifest should name as current (the next open records it too)."""
         if self.own_version is not None and not self.read_only:
-            index.record_version(*self.own_version)
+            with contextlib.suppress(*INDEX_ERRORS):
+                index.record_version(*self.own_version)
 
     def _on_corrupt(self, error: IndexCorruptError) -> bool:
         """CacheIndex found itself unreadable mid-operation: rebuild it (unless this process just failed to)
@@ -201,7 +204,7 @@ class CacheDir:
         except IndexCorruptError as exc:
             self.problem = str(exc)
             self._retry_heal_at = time.monotonic() + HEAL_RETRY
-            return Rebuild(problem, "failed", error=str(exc))
+            return Rebuild(problem, FAILED, error=str(exc))
         self.problem = ""
         return result
 

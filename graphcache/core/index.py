@@ -100,6 +100,9 @@ _UNUSABLE_AT_OPEN = frozenset({sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY,
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 _CORRUPT_TEXT = ("malformed", "not a database", "Could not decode")
 
+# What an index operation can raise when the database is damaged: SQLite's errors, and text that is not UTF-8.
+INDEX_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, UnicodeDecodeError)
+
 T = TypeVar("T")
 
 
@@ -136,9 +139,20 @@ def _row(values: tuple) -> IndexRow:
                     float(compile_seconds))
 
 
+def _check_lines(conn: sqlite3.Connection, pragma: str) -> list[str]:
+    """The lines of SQLite's ``integrity_check`` or ``quick_check``: they quote damaged text, so they are
+    decoded leniently (data is decoded strictly everywhere else: undecodable text is corruption)."""
+    strict = conn.text_factory
+    conn.text_factory = lambda raw: raw.decode(errors="replace")
+    try:
+        return [str(row[0]) for row in conn.execute(f"PRAGMA {pragma}").fetchall()]
+    finally:
+        conn.text_factory = strict
+
+
 def _quick_check(conn: sqlite3.Connection) -> None:
     """SQLite's quick check (every page well-formed) and the stored schema against graphcache's."""
-    lines = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
+    lines = _check_lines(conn, "quick_check")
     if lines != ["ok"]:
         raise IndexCorruptError(f"SQLite's quick check failed: {'; '.join(map(str, lines[:3]))}")
     for problem in schema_problems(conn):
@@ -178,11 +192,22 @@ class CacheIndex:
 
     # -- the connection ------------------------------------------------------------------------------------
     def _connect(self) -> None:
+        try:
+            self._connect_as("?mode=ro" if self.read_only else "")
+        except INDEX_ERRORS as exc:
+            code = (getattr(exc.__cause__ or exc, "sqlite_errorcode", None) or 0) & 0xFF
+            if not (self.read_only and code in _UNUSABLE_AT_OPEN and not os.access(self.path.parent, os.W_OK)):
+                raise
+            # A read-only mount: SQLite cannot create the -shm a WAL index needs to be read; nothing can write
+            # the file through this mount, so it is read as immutable (no locks, no -shm).
+            self._connect_as("?mode=ro&immutable=1")
+
+    def _connect_as(self, query: str) -> None:
         existed = not self.memory and self.path.exists()
         if self.memory:
             conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-        elif self.read_only:
-            conn = sqlite3.connect(self.path.absolute().as_uri() + "?mode=ro", uri=True, timeout=self.timeout,
+        elif query:
+            conn = sqlite3.connect(self.path.absolute().as_uri() + query, uri=True, timeout=self.timeout,
                                    check_same_thread=False, isolation_level=None)
         else:
             conn = sqlite3.connect(str(self.path), timeout=self.timeout, check_same_thread=False,
@@ -201,7 +226,7 @@ class CacheIndex:
         except BaseException as exc:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
-            if isinstance(exc, sqlite3.Error | UnicodeDecodeError):
+            if isinstance(exc, INDEX_ERRORS):
                 error = classify(exc, opening=True)
                 if error is not exc:
                     raise error from exc
@@ -304,7 +329,7 @@ class CacheIndex:
                             raise sqlite3.OperationalError("index not available")
                         return default
                     result = self._execute(conn, fn, write)
-                except (sqlite3.Error, UnicodeDecodeError) as exc:
+                except INDEX_ERRORS as exc:
                     error = classify(exc)
                     if isinstance(error, IndexBusyError):
                         self._enter_busy(error)
@@ -462,8 +487,7 @@ class CacheIndex:
         negative or not numbers. An index that cannot be read at all is one ``unreadable`` problem."""
         def inspect(conn: sqlite3.Connection) -> list[IndexProblem]:
             found: list[IndexProblem] = []
-            pragma = "PRAGMA integrity_check" if full else "PRAGMA quick_check"
-            lines = [str(row[0]) for row in conn.execute(pragma).fetchall()]
+            lines = _check_lines(conn, "integrity_check" if full else "quick_check")
             if lines != ["ok"]:
                 more = f" (and {len(lines) - 3} more)" if len(lines) > 3 else ""
                 found.append(IndexProblem("integrity", f"SQLite's integrity check failed: "
@@ -529,12 +553,12 @@ def probe_built(path: str | os.PathLike[str]) -> float | None:
         return None
     try:
         conn = sqlite3.connect(Path(path).absolute().as_uri() + "?mode=ro", uri=True, timeout=5.0)
-    except sqlite3.Error:
+    except INDEX_ERRORS:
         return None
     try:
         _quick_check(conn)
         return CacheIndex._read_meta(conn, META_BUILT)
-    except sqlite3.Error:
+    except INDEX_ERRORS:
         return None
     finally:
         conn.close()

@@ -33,7 +33,6 @@ import logging
 import os
 import secrets
 import shutil
-import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +43,16 @@ from ..errors import CorruptEntryError
 from ..store.local import LOCKS_DIR, TMP_GRACE_SECONDS, LocalStore
 from . import codec
 from .failures import STORAGE_ERRORS
-from .index import INDEX_FILE, CacheIndex, IndexBusyError, IndexRow, classify, copy_index, probe_built
+from .index import (
+    INDEX_ERRORS,
+    INDEX_FILE,
+    CacheIndex,
+    IndexBusyError,
+    IndexRow,
+    classify,
+    copy_index,
+    probe_built,
+)
 from .keyparts import identity_id
 from .schema import write_index
 
@@ -104,8 +112,8 @@ class Rebuild:
             return (f"{head}; serving hits from the entry files; the index is being rebuilt by another "
                     "process (LRU order, the size cap and counters are skipped until it is done)")
         if self.outcome == NOT_WRITABLE:
-            return (f"{head} and the cache dir cannot be written, so it is not rebuilt: reading the entry "
-                    "files instead (hits are served; nothing is recorded)")
+            return (f"{head} and this process may not write the cache dir, so it is not rebuilt: reading the "
+                    "entry files instead (hits are served; nothing is recorded)")
         return (f"{head} and rebuilding it failed ({self.error}): serving hits from the entry files without "
                 "an index (no LRU order, size cap or counters)")
 
@@ -177,7 +185,7 @@ def rebuild_index(root: Path, store: LocalStore, problem: str, *, wait: float, s
         return Rebuild(problem, REBUILT, len(rows), aside)
     except IndexBusyError as exc:
         return Rebuild(problem, BUSY, error=str(exc))
-    except STORAGE_ERRORS as exc:
+    except (*STORAGE_ERRORS, UnicodeDecodeError) as exc:
         return Rebuild(problem, FAILED, error=f"{type(exc).__name__}: {exc}")
     finally:
         lock.release()
@@ -198,7 +206,7 @@ def _install(root: Path, temp: Path, wait: float) -> str:
         try:
             copy_index(temp, path, wait)  # in place: connected processes read the new content
             return kept
-        except sqlite3.Error as exc:
+        except INDEX_ERRORS as exc:
             if isinstance(classify(exc), IndexBusyError):
                 raise classify(exc) from exc  # a process is writing it: never replace a file in such use (rebuild_index: BUSY)
             log.debug("graphcache: cannot rewrite %s in place (%s); replacing it", path, exc)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -82,6 +83,7 @@ class EntryService:
         self.last_purge = PurgeResult(0, 0, ())
         self._writes = BackgroundWrites()
         self._pending: dict[str, float] = {}  # counts not yet written: the index was busy
+        self._pending_lock = threading.Lock()
         warn_if_shared_writable(self.cache_dir)
         if not self.disabled and not self.read_only and not os.access(self.cache_dir, os.W_OK):
             # A read-only mount (or someone else's dir): serve hits, store nothing, say so once.
@@ -164,14 +166,16 @@ class EntryService:
         While the index is busy the counts wait in memory for the next write that gets through."""
         if self.index is None or self.read_only:
             return
-        pending = dict(self._pending)
+        with self._pending_lock:
+            pending, self._pending = self._pending, {}
         for name, value in deltas.items():
             pending[name] = pending.get(name, 0) + value
         try:
             self.index.add_counters(pending)
-            self._pending = {}
         except IndexBusyError as exc:
-            self._pending = pending
+            with self._pending_lock:
+                for name, value in pending.items():
+                    self._pending[name] = self._pending.get(name, 0) + value
             self._index_failed("updating the counters", exc)
         except IndexCorruptError:
             pass  # warned where it was found; these counts are lost with the old index's
