@@ -20,6 +20,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -597,3 +598,54 @@ def test_done_when_a_busy_index_costs_one_bounded_wait(cache_dir, tmp_path, mlp)
     assert _compile_here(cache_dir, model) == [True, True]  # the miss was stored all the same
     assert cli_json(cache_dir, "stats")["entries"] == 2
     assert cli_json(cache_dir, "verify")["clean"]
+
+
+# -- fuzzing the index file ---------------------------------------------------------------------------------------
+FUZZ_VARIANTS = 600 if os.environ.get("GRAPHCACHE_SLOW_TESTS") == "1" else 60
+
+
+def test_random_damage_to_the_index_never_breaks_an_operation_and_verify_fix_converges(tmp_path):
+    """Random bit flips and runs of garbage anywhere in index.db: opening the cache dir and every index
+    operation after it go on (never an exception), and ``verify --fix`` then leaves a clean, complete index."""
+    pristine = tmp_path / "pristine"
+    pristine.mkdir()
+    write_entries(pristine, 120)
+    files = entry_files(pristine)
+    original = (pristine / "index.db").read_bytes()
+    rng = random.Random(2024)
+    outcomes: dict[str, int] = {}
+    for variant in range(FUZZ_VARIANTS):
+        root = tmp_path / f"v{variant}"
+        shutil.copytree(pristine / "entries", root / "entries")
+        data = bytearray(original)
+        for _ in range(rng.randint(1, 6)):
+            if rng.random() < 0.3:
+                start = rng.randrange(len(data))
+                data[start:start + rng.randint(1, 300)] = rng.randbytes(rng.randint(1, 300))
+            else:
+                data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        (root / "index.db").write_bytes(bytes(data))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # each repair warns once; what matters here is that nothing raises
+            cache = CacheDir(root, timeout=5.0)
+            cache.stats()
+            cache.entries()
+            cache.current_version()
+            if cache.index is not None:
+                cache.index.add_counters({"hits": 1})
+                cache.index.touch(next(iter(files)))
+                cache.evict(max_size=10**9)
+            report = cache.audit(fix=True)
+            outcome = ("rebuilt on open" if cache.rebuilt else "repaired by verify --fix" if not report.clean
+                       else "damage unseen and harmless")
+            cache.index.close()
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        after = CacheDir(root).audit()
+        assert after.clean, (variant, after)
+        index = CacheDir(root).index
+        assert index.totals() == (len(files), sum(files.values())), variant
+        index.close()
+        shutil.rmtree(root)
+    FAULTS.append("fuzzed index.db")
+    record("index fuzzed", f"{FUZZ_VARIANTS} damaged copies of index.db ({outcomes}); every operation went on, "
+                           "verify --fix left each clean and complete")
