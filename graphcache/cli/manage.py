@@ -299,7 +299,7 @@ DRIFT_PROBLEMS = {
     "missing_files": "indexed, but its entry file is gone",
     "unindexed": "entry file the index has no row for",
     "wrong_size": "its row's size is not the file's",
-    "wrong_header": "its row's version, kind or name disagree with the entry's header",
+    "wrong_header": "its row's version, kind or name differ from the entry's header",
 }
 
 
