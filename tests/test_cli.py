@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -488,7 +490,9 @@ def flip_last_byte(path: Path) -> None:
 
 
 def test_verify_detects_and_fixes_a_bit_flip(cache):
-    assert invoke_json(["verify"], cache) == {"checked": 5, "bad": [], "stray_temp_files": [], "fixed": False}
+    clean = invoke_json(["verify"], cache)
+    assert {k: clean[k] for k in ("checked", "bad", "stray_temp_files", "fixed", "clean")} == {
+        "checked": 5, "bad": [], "stray_temp_files": [], "fixed": False, "clean": True}
     flip_last_byte(cache.path("medium"))
     stray = cache.path("small").parent / f".{cache.keys['small']}.123.abcd.tmp"
     stray.write_bytes(b"partial")
@@ -516,9 +520,10 @@ def test_scan_progress_proxy_counts_the_first_scan_only(cache):
 
 # -- errors -----------------------------------------------------------------------------------------------------
 def test_runtime_errors_are_one_line_unless_debugging(cache, monkeypatch):
-    (cache.root / "index.db").write_bytes(b"this is not a database" * 100)
-    for suffix in ("-wal", "-shm"):
+    for suffix in ("", "-wal", "-shm"):  # an index of another schema (a corrupt one is rebuilt: test_index_healing)
         (cache.root / f"index.db{suffix}").unlink(missing_ok=True)
+    with contextlib.closing(sqlite3.connect(cache.root / "index.db")) as other:
+        other.executescript("CREATE TABLE entries (key TEXT PRIMARY KEY); PRAGMA user_version = 99;")
     result = invoke(["stats"], cache)
     assert result.exit_code == 1
     assert result.stderr.startswith("graphcache: error:") and len(result.stderr.strip().splitlines()) == 1

@@ -20,7 +20,7 @@ from .options import (
     open_cache,
     output_mode,
 )
-from .output import duration, emit, format_size, grid, iso, message, plural_entries
+from .output import duration, emit, format_size, grid, iso, message, plural, plural_entries
 from .remote import remote_url
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ def stats_json(stats: Stats, root: Path, versions: list[dict[str, Any]]) -> dict
         "hit_rate": stats.hit_rate, "hits": stats.hits, "misses": stats.misses, "compiles": stats.compiles,
         "compile_seconds": stats.compile_seconds, "saved_seconds": stats.saved_seconds,
         "bytes_written": stats.bytes_written, "bytes_evicted": stats.bytes_evicted, "evictions": stats.evictions,
+        "index_rebuilds": stats.index_rebuilds,
         "errors": stats.errors,
         "uncacheable": dict(stats.uncacheable), "version": stats.version or None,
         "identity": stats.version or None,  # graphcache 0.1's name for the version, kept for existing scripts
@@ -85,7 +86,8 @@ def stats_view(stats: Stats, root: Path, exists: bool, versions: list[dict[str, 
     view.add_row("Time saved", duration(stats.saved_seconds))
     view.add_row("Bytes written", format_size(stats.bytes_written))
     view.add_row("Bytes evicted", format_size(stats.bytes_evicted))
-    view.add_row("Errors", str(stats.errors))
+    view.add_row("Errors", str(stats.errors) + (f"  ({plural(stats.index_rebuilds, 'index rebuild')})"
+                                                if stats.index_rebuilds else ""))
     uncacheable = [f"{reason} {count}" for reason, count in stats.uncacheable.items() if count]
     view.add_row("Uncacheable", ", ".join(uncacheable) or "none")
     view.add_row("Version", stats.version or "none recorded yet")

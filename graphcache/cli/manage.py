@@ -8,6 +8,7 @@ so ``--dry-run`` is the plan alone. The cache-wide commands (``dir``, ``stats``,
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
@@ -18,7 +19,11 @@ import click
 from rich.table import Column, Table
 
 from ..core import codec
+from ..core.audit import Drift, VerifyReport
+from ..core.cachedir import CacheDir
+from ..core.index import INDEX_FILE
 from ..core.keyparts import identity_id
+from ..core.rebuild import REBUILT
 from ..errors import CorruptEntryError
 from .errors import PROG, CliError
 from .options import (
@@ -56,7 +61,6 @@ from .remote import ls_remote, purge_remote
 from .selection import purge_plan, resolve_key, select_rows
 
 if TYPE_CHECKING:
-    from ..core.cachedir import CacheDir
     from ..core.filters import Filter, SortOrder
     from ..core.index import IndexRow
     from ..store import LocalStore
@@ -268,49 +272,119 @@ class ScanProgress:
                 advance(1)
 
 
-def verify_view(bad: Sequence[tuple[str, str]], strays: Sequence[Path]) -> Table | None:
-    if not bad and not strays:
+def verify_view(report: VerifyReport) -> Table | None:
+    if report.clean and not report.strays:
         return None
     view = table(Column("KEY / FILE", no_wrap=True), "PROBLEM")
-    for key, problem in bad:
+    for problem in report.index:
+        view.add_row(INDEX_FILE, problem.text.removeprefix(f"{INDEX_FILE}: "))
+    for key, problem in report.bad:
         view.add_row(key, problem)
-    for path in strays:
+    for kind, keys in report.drift.as_dict().items():
+        for key in keys:
+            view.add_row(key, DRIFT_PROBLEMS[kind])
+    for path in report.strays:
         view.add_row(str(path), "stray temp file (a writer died mid-write)")
     return view
 
 
+# What the table says per drifted key, and the summary per kind (singular, plural); kinds: core/audit.py.
+DRIFT_SUMMARY = {
+    "missing_files": ("indexed entry whose file is gone", "indexed entries whose file is gone"),
+    "unindexed": ("entry file the index lacks", "entry files the index lacks"),
+    "wrong_size": ("row whose size is not its file's", "rows whose size is not their file's"),
+    "wrong_header": ("row that disagrees with its entry's header", "rows that disagree with their entry's header"),
+}
+DRIFT_PROBLEMS = {
+    "missing_files": "indexed, but its entry file is gone",
+    "unindexed": "entry file the index has no row for",
+    "wrong_size": "its row's size is not the file's",
+    "wrong_header": "its row's version, kind or name differ from the entry's header",
+}
+
+
+def verify_json(report: VerifyReport, root: Path) -> dict[str, Any]:
+    rebuild = report.rebuild
+    return {
+        "checked": report.checked, "clean": report.clean,
+        "bad": [{"key": k, "problem": p} for k, p in report.bad],
+        "stray_temp_files": [str(p) for p in report.strays], "fixed": report.fixed,
+        "index": {"path": str((root / INDEX_FILE).absolute()), "ok": not report.index,
+                  "problems": [{"kind": p.kind, "problem": p.text} for p in report.index],
+                  "rebuilt": bool(rebuild and rebuild.outcome == REBUILT),
+                  "entries_reindexed": rebuild.entries if rebuild else 0,
+                  "set_aside_as": rebuild.aside if rebuild else ""},
+        "drift": {**report.drift.as_dict(), "counts": report.drift.counts()},
+    }
+
+
+def verify_summary(report: VerifyReport) -> str:
+    """One line: what was checked and what was wrong (or removed and repaired, after --fix)."""
+    parts = []
+    if report.index:
+        parts.append(f"the index {INDEX_FILE} " + ("was" if report.fixed else "is") + " damaged ("
+                     + "; ".join(p.text.removeprefix(f"{INDEX_FILE}: ") for p in report.index) + ")")
+    if report.bad:
+        parts.append(plural(len(report.bad), "bad entry", "bad entries"))
+    for kind, count in report.drift.counts().items():
+        if count:
+            parts.append(plural(count, *DRIFT_SUMMARY[kind]))
+    if report.strays:
+        parts.append(plural(len(report.strays), "stray temp file"))
+    summary = f"Checked {plural_entries(report.checked)}: "
+    if not parts:
+        return summary + "all good."
+    if not report.fixed:
+        return summary + ", ".join(parts) + "."
+    done = []
+    if report.index:
+        rebuild = report.rebuild
+        done.append(f"rebuilt the index ({plural_entries(rebuild.entries)} re-indexed, counters reset)"
+                    if rebuild is not None and rebuild.outcome == REBUILT else "repaired the index")
+    if report.bad:
+        done.append(f"removed {plural(len(report.bad), 'bad entry', 'bad entries')}")
+    if report.drift:
+        done.append("brought the index in step with the entry files")
+    if report.strays:
+        done.append(f"removed {plural(len(report.strays), 'stray temp file')}")
+    return summary + ", ".join(parts) + "; " + ", ".join(done) + "."
+
+
+def open_for_verify(root: Path, fix: bool) -> CacheDir | None:
+    """The cache dir as verify sees it: never healed on open (verify reports an unreadable index; --fix
+    rebuilds it), never created."""
+    if not root.exists():
+        return None
+    if not root.is_dir():
+        raise CliError(f"cache dir {str(root)!r} is not a directory")
+    if fix and not os.access(root, os.W_OK):
+        raise CliError(f"cannot fix {root}: it is not writable (run '{PROG} verify' to see what is wrong)")
+    return CacheDir(root, read_only=not fix, heal=False, warn=False)
+
+
 @click.command("verify")
-@click.option("--fix", is_flag=True, help="Remove bad entries and stray temp files.")
+@click.option("--fix", is_flag=True, help="Remove bad entries and stray temp files; rebuild or repair the index.")
 @json_option
 @cache_dir_option
 def verify_command(fix: bool, as_json: bool) -> None:
-    """Check every entry's format and checksums. Exits 1 when bad entries remain."""
+    """Check every entry's format and checksums, the index (SQLite's integrity check, its totals and
+    counters) and the index against the entry files. Exits 1 when problems remain."""
     mode = output_mode(as_json)
-    cache = open_cache(write=fix)
-    bad: list[tuple[str, str]] = []
-    strays: list[Path] = []
-    checked = 0
+    root = cache_root()
+    cache = open_for_verify(root, fix)
+    report = VerifyReport(0, [], [], Drift(), [])
     if cache is not None:
-        checked = sum(1 for _ in cache.store.scan())
-        strays = cache.store.stray_temp_files()
-        with progress("Verifying", checked) as bar:
+        total = sum(1 for _ in cache.store.scan())
+        with progress("Verifying", total) as bar:
             if bar.shown:
                 cache.store = ScanProgress(cache.store, bar.advance)  # type: ignore[assignment]
-            bad = cache.verify(fix=fix)
-    data = {"checked": checked, "bad": [{"key": k, "problem": p} for k, p in bad],
-            "stray_temp_files": [str(p) for p in strays], "fixed": fix}
-    emit(mode, data=data, human=lambda: verify_view(bad, strays))
-    summary = f"Checked {plural_entries(checked)}: "
-    if not bad and not strays:
-        message(summary + "all good.")
-    elif fix:
-        message(summary + f"removed {plural(len(bad), 'bad entry', 'bad entries')} and "
-                f"{plural(len(strays), 'stray temp file')}.")
-    else:
-        message(summary + f"{len(bad)} bad, {plural(len(strays), 'stray temp file')}.")
-    if bad and not fix:
-        raise CliError(f"{plural(len(bad), 'bad entry', 'bad entries')} found; run '{PROG} verify --fix' to "
-                       "remove them")
+            report = cache.audit(fix=fix)
+    emit(mode, data=verify_json(report, root), human=lambda: verify_view(report))
+    message(verify_summary(report))
+    if fix and report.index and not (report.rebuild is None or report.rebuild.usable):
+        raise CliError(f"could not rebuild the index: {report.rebuild.warning(root / INDEX_FILE)}")
+    if not report.clean and not fix:
+        raise CliError(f"problems found; run '{PROG} verify --fix' to repair them")
 
 
 COMMANDS = (ls_command, show_command, purge_command, verify_command)

@@ -3,29 +3,38 @@
 The CLI's ``ls``, ``stats``, ``show``, ``purge`` and ``verify`` work through this class only, so they
 never import TensorFlow (which alone takes over 2 s to import). The current compiler version comes
 from the index's manifest (the version most recently opened by a GraphCache).
+
+The index heals here: one found unreadable, at open or by any later operation, is rebuilt from the entry
+files (core/rebuild.py) with one warning, and the operation goes on on the new index. ``converge`` is the
+periodic open-time check of the index against the files; ``audit`` (``verify``) checks everything.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
+import logging
 import os
 import stat
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from ..errors import CacheDirError, CorruptEntryError
+from ..errors import CacheDirError
 from ..store.local import LocalStore
-from . import codec, settings
-from .checked import read_checked
+from . import settings
+from .audit import VerifyReport, audit, find_drift, repair_drift
 from .failures import warn_once
 from .filters import Filter
-from .index import CacheIndex, IndexRow
-from .keyparts import identity_id
+from .index import INDEX_ERRORS, INDEX_FILE, CacheIndex, IndexCorruptError, IndexRow
+from .rebuild import FAILED, NOT_WRITABLE, Rebuild, memory_index, rebuild_index
+from .rebuild import row_from_header as row_from_header  # re-exported: the service and bundles index entries
+from .schema import META_CHECKED
 from .selection import Selection, SelectionError, resolve_prefix, select
 from .stats import Stats
 from .units import parse_size
 from .versioning import PurgeResult, purge_stale_versions
+
+log = logging.getLogger("graphcache")
 
 CACHEDIR_TAG = "CACHEDIR.TAG"
 _CACHEDIR_TAG_TEXT = (
@@ -33,14 +42,8 @@ _CACHEDIR_TAG_TEXT = (
     "# This file is a cache directory tag created by graphcache.\n"
     "# For information about cache directory tags see https://bford.info/cachedir/\n"
 )
-
-
-def row_from_header(header: codec.EntryHeader, size: int, last_used: float) -> IndexRow:
-    return IndexRow(
-        key=header.key, name=header.name, kind=header.kind, size=size, created=header.created,
-        last_used=last_used, version=header.version,
-        identity=identity_id(header.identity) if header.identity else "",
-        compile_seconds=header.compile_seconds)
+CHECK_EVERY = 3600.0  # seconds between open-time checks of the index against the entry files, per cache dir
+HEAL_RETRY = 60.0  # seconds before a process tries again to rebuild an index it could not rebuild
 
 
 # -- finding and checking a cache dir ---------------------------------------------------------------------------
@@ -90,16 +93,120 @@ def tag_cache_dir(path: Path) -> None:
 
 
 class CacheDir:
-    """The files of a cache dir. ``index`` is None when the index cannot be opened (the cache fails open)."""
+    """The files of a cache dir and its index.
 
-    def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False,
-                 index: CacheIndex | None = None) -> None:
+    An index SQLite cannot read (at open or later) is rebuilt from the entry files when ``heal`` (default:
+    when the dir is writable; ``read_only`` concerns the entries, not this), with one warning (``warn``).
+    Otherwise ``problem`` says what is wrong and ``index`` is an index in memory built from the entry files
+    (a read-only view), or None for a writable cache (which then serves its entry files without an index).
+    ``timeout``: the longest wait for the index's write lock, and for another process's rebuild.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False, index: CacheIndex | None = None,
+                 heal: bool | None = None, warn: bool = True, timeout: float = 60.0) -> None:
         self.root = Path(root)
         self.read_only = read_only
         self.store = LocalStore(self.root, read_only=read_only)
-        self.index = index if index is not None else CacheIndex(self.root, read_only=read_only)
-        if not self.index.available:
+        self.heal = os.access(self.root, os.W_OK) if heal is None else heal
+        self.warn = warn
+        self.timeout = timeout
+        self.problem = ""  # why the index on disk is unusable, while it is not rebuilt
+        self.rebuilt: Rebuild | None = None  # what opening did about an unreadable index
+        self.own_version: tuple[str, dict] | None = None  # (version, description) recorded after a rebuild
+        self._retry_heal_at = 0.0
+        self.index: CacheIndex | None = index if index is not None else self._open_index()
+        if self.index is not None and not self.index.available:
             self.index = None
+        if self.index is not None and not self.index.memory:
+            self.index.on_corrupt = self._on_corrupt
+
+    def index_files(self) -> int:
+        """Index the entry files into a new index (``index.created_now``: a first open, an index deleted or
+        emptied); returns how many were indexed, and warns when an existing index file was found empty."""
+        added, _ = self.reconcile()
+        if added and self.index is not None and self.index.was_empty and self.warn:
+            warn_once("index_corrupt", f"graphcache: the cache index {self.index_path} was empty (truncated?); "
+                                       f"indexed the {added} entry files again, counters reset (no cached entry "
+                                       "was lost)")
+        return added
+
+    @property
+    def index_path(self) -> Path:
+        return self.root / INDEX_FILE
+
+    def _open_index(self) -> CacheIndex | None:
+        try:
+            return CacheIndex(self.root, read_only=self.read_only, timeout=self.timeout)
+        except IndexCorruptError as exc:
+            problem = str(exc)
+        if not self.heal:
+            self._unhealed(Rebuild(problem, NOT_WRITABLE))
+            return memory_index(self.root, self.store)
+        self.rebuilt = rebuild_index(self.root, self.store, problem, wait=self.timeout)
+        self._warn(self.rebuilt)
+        if self.rebuilt.usable:
+            try:
+                index = CacheIndex(self.root, read_only=self.read_only, timeout=self.timeout)
+            except IndexCorruptError as exc:  # damaged again at once: give up for this process
+                self.problem = str(exc)
+            else:
+                self._record_own_version(index)
+                return index
+        else:
+            self._unhealed(self.rebuilt)
+        return memory_index(self.root, self.store) if self.read_only else None
+
+    def _unhealed(self, result: Rebuild) -> None:
+        self.problem = result.problem
+        self._warn(result)
+
+    def _warn(self, result: Rebuild) -> None:
+        if self.warn:
+            warn_once("index_corrupt", result.warning(self.index_path))
+
+    def _record_own_version(self, index: CacheIndex) -> None:
+        """Best effort: the version a rebuilt manifest should name as current (the next open records it too)."""
+        if self.own_version is not None and not self.read_only:
+            with contextlib.suppress(*INDEX_ERRORS):
+                index.record_version(*self.own_version)
+
+    def _on_corrupt(self, error: IndexCorruptError) -> bool:
+        """CacheIndex found itself unreadable mid-operation: rebuild it (unless this process just failed to)
+        and reconnect; True when the operation can run again on a sound index."""
+        index = self.index
+        if index is None or not self.heal or time.monotonic() < self._retry_heal_at:
+            self.problem = self.problem or str(error)
+            return False
+        seen = index.built
+        index.disconnect()  # before the files change under it (see core/rebuild.py)
+        result = self.rebuild_index(str(error), seen_built=seen)
+        return result.usable
+
+    def rebuild_index(self, problem: str, *, force: bool = False, seen_built: float | None = None) -> Rebuild:
+        """Rebuild the index from the entry files now (``force``: even when another process just did) and
+        reconnect to it; warns once about what happened."""
+        result = rebuild_index(self.root, self.store, problem, wait=self.timeout, seen_built=seen_built,
+                               force=force)
+        self._warn(result)
+        if not result.usable:
+            self.problem = problem
+            self._retry_heal_at = time.monotonic() + HEAL_RETRY
+            return result
+        index = self.index
+        try:
+            if index is None or index.memory:
+                index = CacheIndex(self.root, timeout=self.timeout)
+                index.on_corrupt = self._on_corrupt
+                self.index = index
+            else:
+                index.reopen()
+            self._record_own_version(index)
+        except IndexCorruptError as exc:
+            self.problem = str(exc)
+            self._retry_heal_at = time.monotonic() + HEAL_RETRY
+            return Rebuild(problem, FAILED, error=str(exc))
+        self.problem = ""
+        return result
 
     def current_version(self) -> str:
         """The version most recently opened here ('' when none ever was)."""
@@ -109,34 +216,44 @@ class CacheDir:
         return max(versions, key=lambda v: versions[v][1]) if versions else ""
 
     def reconcile(self) -> tuple[int, int]:
-        """Bring the index in line with the entry files: (rows added, rows dropped); sizes are refreshed."""
-        if self.index is None:
+        """Bring the index in line with the entry files: (rows added, rows dropped); sizes are refreshed.
+        Reads the headers of files without a row only (core/audit.py)."""
+        if self.index is None or self.index.memory:
             return (0, 0)
-        on_disk = {f.key: f for f in self.store.scan()}
-        rows = {row.key: row for row in self.index.rows()}
-        indexed = set(rows)
-        for key in on_disk.keys() & indexed:  # a writer killed between its rename and its index update
-            if rows[key].size != on_disk[key].size:
-                self.index.upsert(dataclasses.replace(rows[key], size=on_disk[key].size))
-        added = 0
-        latest: dict[str, float] = {}
-        for key in on_disk.keys() - indexed:
-            try:
-                header = codec.read_header(on_disk[key].path)
-            except (CorruptEntryError, OSError):
-                continue  # verify() reports and removes it
-            if header.key != key:
-                continue
-            self.index.upsert(row_from_header(header, on_disk[key].size, on_disk[key].mtime))
-            latest[header.version] = max(latest.get(header.version, 0.0), on_disk[key].mtime)
-            added += 1
-        known = self.index.versions()
-        for version, when in latest.items():
-            if version not in known:
-                self.index.record_version(version, {"recovered": True}, when)
-        missing = indexed - on_disk.keys()
-        self.index.remove(missing)
-        return added, len(missing)
+        drift, rows, files = find_drift(self.index, self.store)
+        return repair_drift(self.index, drift, rows, files)
+
+    def converge(self, *, every: float = CHECK_EVERY, now: float | None = None) -> tuple[int, int] | None:
+        """The periodic open-time check (README: "What is checked when"): at most once per ``every`` seconds
+        per cache dir, the first open after that runs the index's full check (SQLite's integrity check, rows,
+        totals, counters) and reconciles the rows with the entry files. Repairs what it finds: a rebuild
+        for an index that fails the integrity check, recounted totals, dropped bad counters, rows of vanished
+        files dropped and files without rows indexed. Returns (added, dropped), or None when not due."""
+        index = self.index
+        if index is None or index.memory or self.read_only or not index.claim(META_CHECKED, every, now):
+            return None
+        problems = index.check(full=True)
+        if any(problem.needs_rebuild for problem in problems):
+            self._on_corrupt(IndexCorruptError(problems[0].text))
+            return None
+        if problems:
+            kinds = {problem.kind for problem in problems}
+            if "counters" in kinds:
+                index.drop_bad_counters()
+            if "totals" in kinds:
+                index.recount()
+            warn_once("index_repaired", f"graphcache: the cache index {self.index_path} was inconsistent "
+                                        f"({'; '.join(p.text for p in problems)}); repaired it in place")
+        added, dropped = self.reconcile()
+        if added or dropped:
+            log.info("graphcache: the index of %s was out of step with the entry files: %d indexed, %d rows of "
+                     "vanished files dropped", self.root, added, dropped)
+        return added, dropped
+
+    def audit(self, *, fix: bool = False, signing_key: bytes | None = None,
+              advance: Callable[[int], None] | None = None) -> VerifyReport:
+        """Check the entries, the index and the two against each other (core/audit.py); ``fix`` repairs."""
+        return audit(self, fix=fix, signing_key=signing_key, advance=advance)
 
     def stats(self, current_version: str | None = None, max_size: int | None = None) -> Stats:
         version = current_version if current_version is not None else self.current_version()
@@ -267,18 +384,6 @@ class CacheDir:
         return PurgeResult(result.entries, result.bytes, ())
 
     def verify(self, fix: bool = False, *, signing_key: bytes | None = None) -> list[tuple[str, str]]:
-        """Check every entry's format and checksum: a list of (key, problem). ``fix`` removes bad ones."""
-        bad: list[tuple[str, str]] = []
-        for stored in self.store.scan():
-            try:
-                read_checked(self.store, stored.key, signing_key=signing_key)
-            except CorruptEntryError as exc:
-                bad.append((stored.key, str(exc)))
-        if fix:
-            for key, _ in bad:
-                self.store.delete(key)
-            if self.index is not None:
-                self.index.remove(key for key, _ in bad)
-                self.reconcile()
-            self.store.remove_stray_temp_files()
-        return bad
+        """Check every entry's format and checksum: a list of (key, problem). ``fix`` removes bad ones and
+        repairs the index too (``audit`` has the whole report)."""
+        return self.audit(fix=fix, signing_key=signing_key).bad

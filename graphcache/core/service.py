@@ -14,12 +14,18 @@ public methods here, so the checks, the index rows, the counters and the failure
 Opening: a read-only cache (asked for, or a dir this process cannot write) serves hits without opening
 the index at all (no last-use updates, no counters: a read-only mount is never written, not even SQLite's
 ``-shm`` file); management calls open it lazily.
+
+The index is an accelerator, never a gate: the entry files are served without it. An unreadable index is
+rebuilt from them (core/cachedir.py); a busy one (another process holds its write lock) costs one bounded
+wait (``INDEX_WAIT``, at most ``lock_timeout``), after which that step goes on without it: counters are
+kept in memory and written with the next write that gets through, rows and LRU order catch up later.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -38,10 +44,16 @@ from .cachedir import (
 )
 from .checked import CheckedEntry, read_checked
 from .failures import STORAGE_ERRORS, warn_once
-from .index import CacheIndex, IndexRow
+from .index import CacheIndex, IndexBusyError, IndexCorruptError, IndexRow
+from .rebuild import remove_stale_builds
 from .settings import CacheSettings
 from .stats import UNCACHEABLE_PREFIX, Stats
 from .versioning import PurgeResult, purge_stale_versions
+
+INDEX_WAIT = 10.0  # seconds a step waits for the index's write lock (bounded by lock_timeout), then goes on
+# What a process without an index does: the truth for every "index failed" warning.
+WITHOUT_INDEX = ("serving hits from the entry files and storing new ones, without the index (no LRU order, "
+                 "size cap or counters in this process)")
 
 
 class EntryService:
@@ -70,6 +82,8 @@ class EntryService:
         self.store: Store = self._build_store(marker_group)
         self.last_purge = PurgeResult(0, 0, ())
         self._writes = BackgroundWrites()
+        self._pending: dict[str, float] = {}  # counts not yet written: the index was busy
+        self._pending_lock = threading.Lock()
         warn_if_shared_writable(self.cache_dir)
         if not self.disabled and not self.read_only and not os.access(self.cache_dir, os.W_OK):
             # A read-only mount (or someone else's dir): serve hits, store nothing, say so once.
@@ -96,34 +110,77 @@ class EntryService:
                            signing_key=self.signing_key, marker_group=marker_group,
                            retry_after=settings.remote_retry_after)
 
+    @property
+    def index_wait(self) -> float:
+        """The longest one step waits for the index's write lock (or for another process's rebuild)."""
+        return max(0.0, min(self.lock_timeout, INDEX_WAIT))
+
+    def _management_dir(self) -> CacheDir:
+        cache = CacheDir(self.cache_dir, read_only=self.read_only, heal=not self.read_only, timeout=self.index_wait)
+        cache.own_version = (self.version, self.version_info)
+        return cache
+
     def _open(self) -> None:
-        """Open the index and do the housekeeping a writable cache does once per process: tag the dir,
-        rebuild a missing index from the entry files, record this version, purge stale versions, remove
-        temp files of dead writers, evict by age."""
+        """Open the index (rebuilding it when unreadable, core/cachedir.py) and do the housekeeping a
+        writable cache does once per process: tag the dir, index the entry files when the index is new,
+        record this version, purge stale versions, remove temp files of dead writers, check the index
+        against the files when that is due (CacheDir.converge), evict by age."""
         try:
-            self.dir = CacheDir(self.cache_dir, read_only=self.read_only)
-            self.index = self.dir.index
-            if self.index is None:
-                return
+            self.dir = self._management_dir()
+        except STORAGE_ERRORS as exc:
+            self._index_failed("opening the cache index", exc)
+            return
+        self.index = self.dir.index
+        if self.index is None:
+            return
+        try:
             tag_cache_dir(self.cache_dir)
             if self.index.created_now:
-                self.dir.reconcile()
+                self.dir.index_files()
             self.index.record_version(self.version, self.version_info)
             if self.on_version_change == "purge":
                 self.last_purge = purge_stale_versions(self.index, self.dir.store, self.version, self.stale_after)
             self.dir.store.remove_stray_temp_files()
+            remove_stale_builds(self.cache_dir)
+            self.dir.converge()
             if self.max_age is not None:
                 self.dir.evict(max_age=self.max_age)
         except STORAGE_ERRORS as exc:
-            self.failure("io_error", "opening the cache", exc)
+            self._index_failed("housekeeping on open", exc)
+
+    def _index_failed(self, what: str, exc: BaseException) -> None:
+        """An index operation failed: say so once, truthfully (hits are served either way)."""
+        if isinstance(exc, IndexCorruptError):
+            return  # CacheDir warned once about the unreadable index and what it did about it
+        if isinstance(exc, IndexBusyError):
+            if self.strict:
+                raise CacheIOError(f"graphcache: {what} failed: the cache index is busy: {exc}") from exc
+            warn_once("index_busy", f"graphcache: the cache index in {self.cache_dir} is busy ({exc}); this step "
+                                    "goes on without it: hits are still served and new entries stored, while LRU "
+                                    "order, the size cap and counters catch up once the index is free")
+            return
+        self.failure("io_error", f"{what}", exc, consequence=WITHOUT_INDEX if self.index is None else
+                     "the cache is still used; the index catches up later", uncacheable=False)
 
     # -- counters and the fail-open policy -----------------------------------------------------------------
     def count(self, **deltas: float) -> None:
-        """Add to the persistent counters (stats.py); a failing index warns once and is otherwise ignored."""
+        """Add to the persistent counters (stats.py); a failing index warns once and is otherwise ignored.
+        While the index is busy the counts wait in memory for the next write that gets through."""
         if self.index is None or self.read_only:
             return
+        with self._pending_lock:
+            pending, self._pending = self._pending, {}
+        for name, value in deltas.items():
+            pending[name] = pending.get(name, 0) + value
         try:
-            self.index.add_counters(deltas)
+            self.index.add_counters(pending)
+        except IndexBusyError as exc:
+            with self._pending_lock:
+                for name, value in pending.items():
+                    self._pending[name] = self._pending.get(name, 0) + value
+            self._index_failed("updating the counters", exc)
+        except IndexCorruptError:
+            pass  # warned where it was found; these counts are lost with the old index's
         except STORAGE_ERRORS as exc:
             warn_once("stats", f"graphcache: could not update stats in {self.cache_dir}: {exc}")
 
@@ -173,6 +230,8 @@ class EntryService:
         try:
             if not self.index.touch(key) and header is not None:
                 self.index.upsert(row_from_header(header, size, time.time()))
+        except (IndexBusyError, IndexCorruptError) as exc:
+            self._index_failed("recording a use", exc)
         except STORAGE_ERRORS as exc:
             warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
 
@@ -218,6 +277,8 @@ class EntryService:
             try:
                 self.index.upsert(row_from_header(header, size, header.created))
                 self.dir.evict(max_size=self.max_size, max_age=self.max_age, keep=header.key)
+            except (IndexBusyError, IndexCorruptError) as exc:
+                self._index_failed("indexing a new entry", exc)
             except STORAGE_ERRORS as exc:
                 warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
         return True
@@ -255,7 +316,7 @@ class EntryService:
         """The cache dir's management view, with what this cache just wrote listed, counted and purgeable."""
         self.wait_for_writes()
         if self.dir is None:
-            self.dir = CacheDir(self.cache_dir, read_only=self.read_only)
+            self.dir = self._management_dir()
             self.index = self.dir.index
         return self.dir
 
