@@ -12,13 +12,14 @@ import os
 import sqlite3
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import click
 
 from .. import __version__
-from ..errors import GraphCacheError
+from ..errors import GraphCacheError, GraphCacheWarning
 from . import info, manage, share
 from . import run as run_commands
 from .errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, CliError
@@ -76,13 +77,34 @@ def run(invoke: Callable[[], object]) -> int:
     return result if isinstance(result, int) else EXIT_OK
 
 
+@contextlib.contextmanager
+def warnings_as_messages() -> Iterator[None]:
+    """Show graphcache's own warnings as one ``graphcache: warning: ...`` line on stderr (not Python's
+    ``file:line: GraphCacheWarning: ...`` form); other warnings are shown as Python shows them."""
+    shown = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+             line: str | None = None) -> None:
+        if issubclass(category, GraphCacheWarning):
+            click.echo(f"{PROG}: warning: {str(message).removeprefix(PROG + ': ')}", err=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+
+
 class GraphCacheGroup(click.Group):
     """A group whose ``main`` runs through :func:`run`: one place maps exceptions to exit codes."""
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,  # type: ignore[override]
              complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> int:
-        code = run(lambda: super(GraphCacheGroup, self).main(
-            args, prog_name or PROG, complete_var, standalone_mode=False, **extra))
+        with warnings_as_messages():
+            code = run(lambda: super(GraphCacheGroup, self).main(
+                args, prog_name or PROG, complete_var, standalone_mode=False, **extra))
         if standalone_mode:
             sys.exit(code)
         return code
