@@ -4,35 +4,60 @@ Parts, in this order: ``graph`` (the canonical form of the fetches' and targets'
 included), ``feeds``, ``fetches``, ``targets``, ``options`` (the ConfigProto's graph_options) and
 ``identity`` (the compiler identity, see identity.py). ``key = xxh3_128("name=parthash\\n" ...)``.
 
-Canonical form. GraphDefs from tracing and freezing are not canonical as produced; what varies with a
-process's history, and how it is normalized:
+Canonical form: nodes are named by their structure, never by their names. Node names carry counters
+of the process or graph that built them (Keras numbers auto-named layers and ops process-wide,
+``rescaling_1_1/...``; a TF1 graph counts scopes up, ``gradients_1/...``), so a key over names would
+miss for every model built after another one. Each node gets a Merkle id
 
-- node order: nodes are hashed sorted by name; control inputs sorted and de-duplicated (data inputs
-  keep their order: it is semantic);
-- leftover nodes and functions (unused constants, functions traced for other purposes): only the fan-in
-  of the fetches and targets, and the functions it reaches, are hashed: nothing else can change what
-  Grappler produces, which is pruned to that fan-in;
-- function names carry process-wide counters (``__inference_call_1234``): every library function is
-  named by the hash of its own canonical body, callees first (``canonical_function_names``);
+    id = H(op, device, attributes, (id, port) of each data input in order, sorted ids of control inputs)
+
+and the ``graph`` part hashes the sorted multiset of the nodes' *elements*: the id plus what an
+upward id cannot see (the node's consumers, so two identical copies wired differently differ, and
+a shared node differs from two copies; loop back edges; loop frames; colocation). Names stay in
+the key only where they are part of the contract:
+
+- the signature's nodes (feeds, fetches, targets): the node's name is mixed into its id, so two nodes
+  swapping roles changes the key (the ``feeds``/``fetches``/``targets`` parts only list the names);
+- state resolved by name: a stateful op whose ``shared_name`` is empty (``VariableV2``,
+  ``VarHandleOp`` stripped of defaults, ...) finds its state by node name, as checkpoints and other
+  sessions do; a non-empty ``shared_name`` is an attribute and hashed as such.
+
+What else varies with a process's history, and how it is normalized:
+
+- TF1 while loops are cycles: a Merge's inputs from NextIteration (the back edges) are left out of its
+  id and hashed in its element. TensorFlow rejects every other cycle, and so does the key;
+- labels that only group nodes: ``Enter.frame_name`` (``while_3/while_context``) is hashed as the set of
+  Enter ids that share it, ``_class`` colocation (``loc:@node``) as the ids of the nodes it names;
+- node order and leftover nodes: only the fetches' and targets' fan-in is hashed, as a multiset;
+  Grappler prunes everything else;
+- function names (``__inference_call_1234``): each library function is named by the hash of its
+  canonical body, callees first (``canonical_function_names``); bodies are hashed like the graph, with
+  arguments and outputs by position;
 - internal attributes: only those on ``DROPPED_ATTRS``, each known not to change the compiled result,
   are left out. Others (``_XlaMustCompile``, ``_noinline``, ``_lower_using_switch_merge``, ...) stay;
 - debug data (``experimental_debug_info``, GraphDef ``debug_info``) is never hashed.
 
-Large tensor contents are fed to the hasher in place, not serialized with their node, so fingerprinting
-costs little more than one pass over the weights' bytes.
+Per-node ids are a by-product: ``Fingerprint.nodes`` maps each fan-in node's name to its id, and
+``Fingerprint.details`` what the id covers (op, device, attribute digests, inputs), so an entry can
+keep what a miss explanation needs and a hit on a differently named twin can be mapped back to the
+requester's names. Large tensor contents are fed to the hasher in place, not serialized with their
+node, so fingerprinting costs little more than one pass over the weights' bytes.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import struct
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import xxhash
-from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, node_def_pb2
+from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, node_def_pb2, tensor_pb2
 
+from .errors import InvalidGraphError
 from .graphs import GraphView, Signature, func_refs, input_node
 
 log = logging.getLogger("graphcache")
@@ -44,16 +69,85 @@ DROPPED_ATTRS = frozenset({
     "_user_specified_name",  # the Python argument name typed by the user
     "_construction_context",  # "kEagerRuntime" vs graph: how the function was traced
     "_acd_function_control_output",  # automatic-control-deps bookkeeping on Identity nodes
+    # "CustomGradient-<process counter>" (tf.custom_gradient, e.g. Keras's swish/GELU): names a Python
+    # gradient function that only tf.gradients looks up, in the building process, to differentiate;
+    # Grappler and the runtime never read it, and a compiled graph's gradients are already nodes.
+    "_gradient_op_type",
 })
 LARGE_TENSOR = 1024  # tensor_content above this many bytes is hashed in place
 PART_ORDER = ("graph", "feeds", "fetches", "targets", "options", "identity")
 _LEN = struct.Struct("<Q")
+_COLOCATION = "_class"  # [b"loc:@<node>"]: hashed as the ids of the nodes it names
+_FRAME = "frame_name"  # on Enter: a loop frame's label, hashed as the group of Enters sharing it
+_ENTER = frozenset({"Enter", "RefEnter"})
+_MERGE = frozenset({"Merge", "RefMerge"})
+_NEXT_ITERATION = frozenset({"NextIteration", "RefNextIteration"})
+# Input tags: each data input is one tag byte, then a 16-byte id (node inputs), then its port.
+_NODE, _BACK, _ARG, _CONTROLS = b"n", b"b", b"a", b"c"
+_NO_CONSUMERS = xxhash.xxh3_128_digest(b"no consumers")
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    """What one fan-in node's id covers, for explaining a miss (all by-products of hashing it)."""
+
+    id: str  # the node's canonical id (hex): its own content and everything upstream of it
+    op: str  # the op type; a library function by its content name
+    device: str
+    attrs: dict[str, str]  # hashed attribute -> digest of its canonical value
+    inputs: tuple[str, ...]  # data inputs as written (this graph's names), then sorted "^control" inputs
 
 
 @dataclass(frozen=True)
 class Fingerprint:
     key: str
     parts: dict[str, str]  # part name -> that part's own xxh3-128 hex digest
+    nodes: dict[str, str] = field(default_factory=dict)  # fan-in node name -> canonical id (hex)
+    details: dict[str, NodeSummary] = field(default_factory=dict)  # fan-in node name -> what its id covers
+
+
+@functools.cache
+def _state_attrs(op: str) -> tuple[str, ...]:
+    """The attributes by which an ``op`` node may resolve its state through its own node name."""
+    from tensorflow.python.framework import op_def_registry
+
+    op_def = op_def_registry.get(op)
+    if op_def is None:
+        return ()
+    return tuple(a.name for a in op_def.attr if a.name in ("shared_name", "use_node_name_sharing"))
+
+
+def named_by_node(node: node_def_pb2.NodeDef) -> bool:
+    """Whether TensorFlow finds this node's state by its node name: its name then carries state.
+
+    True for ops with a ``shared_name`` attribute left empty (or stripped as a default), and for
+    ``use_node_name_sharing=True``. Conservative: ops that make a private resource of an empty
+    ``shared_name`` count too (a name in the key costs hits, never correctness).
+    """
+    for key in _state_attrs(node.op):
+        value = node.attr.get(key)
+        if key == "use_node_name_sharing":
+            if value is not None and value.b:
+                return True
+        elif value is None or not value.s:
+            return True
+    return False
+
+
+def _graph_ref(text: str) -> tuple[str, bytes]:
+    """A graph input ``"a:1"`` / ``"a"`` as (node, port); ``a`` and ``a:0`` are the same tensor."""
+    node, sep, index = text.rpartition(":")
+    if sep and index.isdigit():
+        return node, index.encode()
+    return text, b"0"
+
+
+@dataclass
+class _Parsed:
+    data: list[tuple[str | None, bytes]]  # (source node or None for a function argument, port)
+    controls: list[str]  # distinct control-input nodes
+    arg_controls: list[bytes]  # distinct control inputs on function arguments, by position
+    back: frozenset[int]  # positions of data inputs that are loop back edges (NextIteration -> Merge)
 
 
 class _Canonicalizer:
@@ -65,6 +159,7 @@ class _Canonicalizer:
         self._names: dict[str, str] = {}
         self._in_progress: set[str] = set()
 
+    # -- functions -----------------------------------------------------------------------------------------
     def function_name(self, name: str) -> str:
         """The canonical name of a library function (its own name when it is not in the library)."""
         if name not in self.functions:
@@ -76,48 +171,85 @@ class _Canonicalizer:
             return name
         self._in_progress.add(name)
         try:
-            fdef = self.functions[name]
-            hasher = xxhash.xxh3_128()
-            signature = type(fdef.signature)()
-            signature.CopyFrom(fdef.signature)
-            signature.name = ""
-            # Argument names carry tracing counters too (``while_34_0``): hash them by position.
-            arg_names = {arg.name: f"in{i}" for i, arg in enumerate(signature.input_arg)}
-            out_names = {arg.name: f"out{i}" for i, arg in enumerate(signature.output_arg)}
-            for arg in signature.input_arg:
-                arg.name = arg_names[arg.name]
-            for arg in signature.output_arg:
-                arg.name = out_names[arg.name]
-            _update(hasher, signature.SerializeToString(deterministic=True))
-            body_ops = {node.name: node.op for node in fdef.node_def}
-            rename_input = self._body_input_renamer(arg_names, body_ops)
-            for key in sorted(fdef.attr):
-                if key not in DROPPED_ATTRS:
-                    _update(hasher, key.encode())
-                    _update(hasher, self._attr_bytes(fdef.attr[key]))
-            for index in sorted(fdef.arg_attr):
-                arg = function_pb2.FunctionDef.ArgAttrs()
-                for key in sorted(fdef.arg_attr[index].attr):
-                    if key not in DROPPED_ATTRS:
-                        arg.attr[key].CopyFrom(fdef.arg_attr[index].attr[key])
-                _update(hasher, f"arg{index}".encode())
-                _update(hasher, arg.SerializeToString(deterministic=True))
-            for index in sorted(fdef.resource_arg_unique_id):
-                _update(hasher, f"res{index}={fdef.resource_arg_unique_id[index]}".encode())
-            ret = sorted((out_names.get(k, k), rename_input(v)) for k, v in fdef.ret.items())
-            _update(hasher, json.dumps(ret).encode())
-            _update(hasher, json.dumps(sorted(fdef.control_ret.items())).encode())
-            for node in sorted(fdef.node_def, key=lambda n: n.name):
-                self.hash_node(hasher, node, rename_input)
-            gradient = self.gradients.get(name)
-            if gradient:
-                _update(hasher, b"gradient=" + self.function_name(gradient).encode())
-            canonical = "gc_" + hasher.hexdigest()[:24]
+            canonical = "gc_" + self._function_digest(self.functions[name]).hex()[:24]
         finally:
             self._in_progress.discard(name)
         self._names[name] = canonical
         return canonical
 
+    def _function_digest(self, fdef: function_pb2.FunctionDef) -> bytes:
+        hasher = xxhash.xxh3_128()
+        signature = _copy(fdef.signature)
+        signature.name = ""
+        # Argument names carry tracing counters too (``while_34_0``): hashed by position. Control
+        # outputs are named after body nodes: hashed as those nodes' ids (below).
+        arg_index = {arg.name: i for i, arg in enumerate(signature.input_arg)}
+        for i, arg in enumerate(signature.input_arg):
+            arg.name = f"in{i}"
+        for i, arg in enumerate(signature.output_arg):
+            arg.name = f"out{i}"
+        del signature.control_output[:]
+        _update(hasher, signature.SerializeToString(deterministic=True))
+        for key in sorted(fdef.attr):
+            if key not in DROPPED_ATTRS:
+                _update(hasher, key.encode())
+                hasher.update(self._attr_digest(fdef.attr[key]))
+        for index in sorted(fdef.arg_attr):
+            arg = function_pb2.FunctionDef.ArgAttrs()
+            for key in sorted(fdef.arg_attr[index].attr):
+                if key not in DROPPED_ATTRS:
+                    arg.attr[key].CopyFrom(fdef.arg_attr[index].attr[key])
+            _update(hasher, f"arg{index}".encode())
+            _update(hasher, arg.SerializeToString(deterministic=True))
+        for index in sorted(fdef.resource_arg_unique_id):
+            _update(hasher, f"res{index}={fdef.resource_arg_unique_id[index]}".encode())
+        body = {node.name: node for node in fdef.node_def}
+        ref = self._body_ref(fdef.signature.name, arg_index, body)
+        contract = {name for name, node in body.items() if named_by_node(node)}
+        ids, elements = self.hash_scope(body, body, contract, ref)
+        for arg in fdef.signature.output_arg:  # outputs in order: what each returns
+            text = fdef.ret.get(arg.name)
+            if text is None:
+                _update(hasher, b"ret?")
+                continue
+            source, port = ref(text)
+            hasher.update((_NODE + ids[source]) if source is not None else _ARG)
+            _update(hasher, port)
+        hasher.update(_CONTROLS)
+        for digest in sorted(ids[name] for name in set(fdef.control_ret.values()) if name in ids):
+            hasher.update(digest)
+        _update(hasher, b"body")
+        for element in sorted(elements):
+            hasher.update(element)
+        gradient = self.gradients.get(fdef.signature.name)
+        if gradient:
+            _update(hasher, b"gradient=" + self.function_name(gradient).encode())
+        return hasher.digest()
+
+    def _body_ref(self, fname: str, arg_index: dict[str, int], body: dict[str, node_def_pb2.NodeDef]
+                  ) -> Callable[[str], tuple[str | None, bytes]]:
+        """Resolve a function-body input: an argument by position, ``node:out_arg:i`` to (node, port),
+        a callee function's output argument by its position (its name is the callee's)."""
+
+        def ref(text: str) -> tuple[str | None, bytes]:
+            index = arg_index.get(text)
+            if index is not None:
+                return None, b"%d" % index
+            node, _, rest = text.partition(":")
+            source = body.get(node)
+            if source is None:
+                raise InvalidGraphError(f"function {fname!r}: input {text!r} names no argument or node of its body")
+            callee = self.functions.get(source.op)
+            if callee is not None and rest:
+                out_arg, _, index_text = rest.partition(":")
+                outputs = [a.name for a in callee.signature.output_arg]
+                if out_arg in outputs:
+                    rest = f"out{outputs.index(out_arg)}" + (f":{index_text}" if index_text else "")
+            return node, rest.encode()
+
+        return ref
+
+    # -- attributes ----------------------------------------------------------------------------------------
     def _rename_in_attr(self, attr: attr_value_pb2.AttrValue) -> None:
         kind = attr.WhichOneof("value")
         if kind == "func":
@@ -130,61 +262,185 @@ class _Canonicalizer:
                 for nested in fn.attr.values():
                     self._rename_in_attr(nested)
 
-    def _attr_bytes(self, attr: attr_value_pb2.AttrValue) -> bytes:
-        if any(True for _ in func_refs(attr)):
+    def _attr_digest(self, attr: attr_value_pb2.AttrValue) -> bytes:
+        kind = attr.WhichOneof("value")
+        if kind == "tensor":
+            tensor = attr.tensor
+            content = tensor.tensor_content  # read once: the upb binding copies bytes on every read
+            if len(content) > LARGE_TENSOR:  # hashed in place, never serialized with the attribute
+                stub = tensor_pb2.TensorProto(dtype=tensor.dtype, version_number=tensor.version_number)
+                stub.tensor_shape.CopyFrom(tensor.tensor_shape)
+                hasher = xxhash.xxh3_128()
+                _update(hasher, stub.SerializeToString(deterministic=True))
+                _update(hasher, content)
+                return hasher.digest()
+        elif kind in ("func", "list") and any(True for _ in func_refs(attr)):
             attr = _copy(attr)
             self._rename_in_attr(attr)
-        return attr.SerializeToString(deterministic=True)
+        return xxhash.xxh3_128_digest(attr.SerializeToString(deterministic=True))
 
-    def _body_input_renamer(self, arg_names: dict[str, str], body_ops: dict[str, str]):
-        """Rewrite a function-body input string with positional argument and callee-output names."""
+    # -- one scope: the graph's fan-in, or a function body -----------------------------------------------------
+    def hash_scope(self, nodes: dict[str, node_def_pb2.NodeDef], members: Iterable[str], contract: set[str],
+                   ref: Callable[[str], tuple[str | None, bytes]],
+                   details: dict[str, NodeSummary] | None = None) -> tuple[dict[str, bytes], list[bytes]]:
+        """(canonical id per node, one element per node) for ``members`` and everything upstream.
 
-        def rename(text: str) -> str:
-            control = text.startswith("^")
-            name = text[1:] if control else text
-            if name in arg_names:
-                name = arg_names[name]
-            else:
-                node, _, rest = name.partition(":")
-                callee = self.functions.get(body_ops.get(node, ""))
-                if callee is not None and rest:
-                    out_arg, _, index = rest.partition(":")
-                    outputs = [a.name for a in callee.signature.output_arg]
-                    if out_arg in outputs:
-                        name = f"{node}:out{outputs.index(out_arg)}" + (f":{index}" if index else "")
-            return ("^" if control else "") + name
-
-        return rename
-
-    def hash_node(self, hasher: Any, node: node_def_pb2.NodeDef, rename_input: Any = None) -> None:
-        canon = node_def_pb2.NodeDef(name=node.name, op=self.function_name(node.op), device=node.device)
-        inputs = [rename_input(i) for i in node.input] if rename_input else list(node.input)
-        data_inputs = [i for i in inputs if not i.startswith("^")]
-        control_inputs = sorted({i for i in inputs if i.startswith("^")})
-        canon.input.extend(data_inputs + control_inputs)
-        large: list[bytes] = []
-        for key in sorted(node.attr):
-            if key in DROPPED_ATTRS:
+        ``contract``: the nodes whose names are part of the key. ``details``, when given, is filled
+        with each node's NodeSummary.
+        """
+        ids: dict[str, bytes] = {}
+        parsed: dict[str, _Parsed] = {}
+        attrs: dict[str, dict[str, bytes]] = {}
+        order: list[str] = []  # inputs before consumers (back edges aside)
+        for start in members:
+            if start in ids:
                 continue
-            value = node.attr[key]
-            if value.WhichOneof("value") == "tensor" and len(value.tensor.tensor_content) > LARGE_TENSOR:
-                tensor = value.tensor
-                stub = canon.attr[key].tensor
-                stub.dtype = tensor.dtype
-                stub.tensor_shape.CopyFrom(tensor.tensor_shape)
-                stub.version_number = tensor.version_number
-                large.append(tensor.tensor_content)
-            elif any(True for _ in func_refs(value)):
-                renamed = canon.attr[key]
-                renamed.CopyFrom(value)
-                self._rename_in_attr(renamed)
-            else:
-                canon.attr[key].CopyFrom(value)
+            stack, active = [(start, False)], set()
+            while stack:  # iterative: deep models exceed Python's recursion limit
+                name, ready = stack.pop()
+                if ready:
+                    active.discard(name)
+                    ids[name] = self._node_id(nodes[name], parsed[name], ids, name in contract, attrs)
+                    order.append(name)
+                    continue
+                if name in ids:
+                    continue
+                if name in active:
+                    raise InvalidGraphError(f"the graph has a cycle through {name!r} that is not a while "
+                                            f"loop's NextIteration -> Merge back edge (TensorFlow rejects it too)")
+                inputs = parsed[name] = self._parse(nodes[name], nodes, ref)
+                active.add(name)
+                stack.append((name, True))
+                stack.extend((src, False) for i, (src, _) in enumerate(inputs.data)
+                             if src is not None and i not in inputs.back and src not in ids)
+                stack.extend((src, False) for src in inputs.controls if src not in ids)
+        cores = self._cores(nodes, order, parsed, ids, attrs)
+        elements = self._elements(order, parsed, cores)
+        if details is not None:
+            for name in order:
+                node, inputs = nodes[name], parsed[name]
+                details[name] = NodeSummary(
+                    ids[name].hex(), self.function_name(node.op), node.device,
+                    {key: digest.hex() for key, digest in attrs[name].items()},
+                    tuple(text for text in node.input if not text.startswith("^"))
+                    + tuple("^" + c for c in sorted(inputs.controls)))
+        return ids, elements
+
+    @staticmethod
+    def _parse(node: node_def_pb2.NodeDef, nodes: dict[str, node_def_pb2.NodeDef],
+               ref: Callable[[str], tuple[str | None, bytes]]) -> _Parsed:
+        data: list[tuple[str | None, bytes]] = []
+        controls: set[str] = set()
+        arg_controls: set[bytes] = set()
+        for text in node.input:
+            if not text.startswith("^"):
+                data.append(ref(text))
+            elif text[1:] in nodes:
+                controls.add(text[1:])
+            else:  # a function body may wait on an argument
+                src, index = ref(text[1:])
+                if src is not None:
+                    raise InvalidGraphError(f"node {node.name!r}: control input {text!r} is not in the graph")
+                arg_controls.add(index)
+        back = frozenset()
+        if node.op in _MERGE:
+            back = frozenset(i for i, (src, _) in enumerate(data)
+                             if src is not None and nodes[src].op in _NEXT_ITERATION)
+        return _Parsed(data, sorted(controls), sorted(arg_controls), back)
+
+    def _node_id(self, node: node_def_pb2.NodeDef, inputs: _Parsed, ids: dict[str, bytes], named: bool,
+                 attrs: dict[str, dict[str, bytes]]) -> bytes:
+        """H(own content, upstream ids): the node's op, device, attributes (name if in the contract)."""
+        hasher = xxhash.xxh3_128()
+        _update(hasher, self.function_name(node.op).encode())
+        _update(hasher, node.device.encode())
+        _update(hasher, node.name.encode() if named else b"")
+        digests: dict[str, bytes] = {}
+        for key in sorted(node.attr):
+            if key in DROPPED_ATTRS or key == _COLOCATION or (key == _FRAME and node.op in _ENTER):
+                continue  # the last two are hashed in the node's element (_cores)
+            digest = digests[key] = self._attr_digest(node.attr[key])
+            _update(hasher, key.encode())
+            hasher.update(digest)
+        attrs[node.name] = digests
         if node.HasField("experimental_type"):
-            canon.experimental_type.CopyFrom(node.experimental_type)
-        _update(hasher, canon.SerializeToString(deterministic=True))
-        for content in large:  # hashed in place: never serialized with the node
-            _update(hasher, content)
+            _update(hasher, b"experimental_type")
+            _update(hasher, node.experimental_type.SerializeToString(deterministic=True))
+        for i, (src, port) in enumerate(inputs.data):
+            if i in inputs.back:
+                hasher.update(_BACK)
+            elif src is None:
+                hasher.update(_ARG)
+            else:
+                hasher.update(_NODE + ids[src])
+            _update(hasher, port)
+        hasher.update(_CONTROLS)
+        for digest in sorted(ids[c] for c in inputs.controls):
+            hasher.update(digest)
+        hasher.update(_ARG)
+        for index in inputs.arg_controls:
+            _update(hasher, index)
+        return hasher.digest()
+
+    @staticmethod
+    def _cores(nodes: dict[str, node_def_pb2.NodeDef], order: list[str], parsed: dict[str, _Parsed],
+               ids: dict[str, bytes], attrs: dict[str, dict[str, bytes]]) -> dict[str, bytes]:
+        """Each node's id plus what an upward id cannot hold: loop back edges, frame, colocation."""
+        frames: dict[bytes, list[bytes]] = {}
+        for name in order:
+            if nodes[name].op in _ENTER:
+                frames.setdefault(_frame(nodes[name]), []).append(ids[name])
+        frame_keys = {label: xxhash.xxh3_128_digest(b"".join(sorted(group))) for label, group in frames.items()}
+        cores: dict[str, bytes] = {}
+        for name in order:
+            node, inputs = nodes[name], parsed[name]
+            extra: list[bytes] = []
+            for i in sorted(inputs.back):
+                src, port = inputs.data[i]
+                extra.append(_BACK + ids[src] + _LEN.pack(len(port)) + port)
+            if node.op in _ENTER:
+                digest = attrs[name][_FRAME] = frame_keys[_frame(node)]
+                extra.append(b"f" + digest)
+            colocation = node.attr.get(_COLOCATION)
+            if colocation is not None:
+                targets = []
+                for raw in colocation.list.s:
+                    target = raw[5:].decode(errors="replace") if raw.startswith(b"loc:@") else None
+                    targets.append(ids[target] if target in ids else b"?" + raw)  # outside: by its text
+                digest = attrs[name][_COLOCATION] = xxhash.xxh3_128_digest(b"".join(sorted(targets)))
+                extra.append(b"l" + digest)
+            cores[name] = xxhash.xxh3_128_digest(ids[name] + b"".join(extra)) if extra else ids[name]
+        return cores
+
+    @staticmethod
+    def _elements(order: list[str], parsed: dict[str, _Parsed], cores: dict[str, bytes]) -> list[bytes]:
+        """Per node: H(core, each consumer's core and downstream hash with the slot it reads).
+
+        The downward part tells apart identical copies wired to different consumers (a stateful op
+        duplicated, say), which the multiset of upward ids alone cannot.
+        """
+        consumers: dict[str, list[tuple[str, bytes]]] = {}
+        for name in order:
+            inputs = parsed[name]
+            for i, (src, port) in enumerate(inputs.data):
+                if src is not None and i not in inputs.back:
+                    consumers.setdefault(src, []).append((name, b"%s>%d" % (port, i)))
+            for src in inputs.controls:
+                consumers.setdefault(src, []).append((name, b"^"))
+        down: dict[str, bytes] = {}
+        for name in reversed(order):  # consumers before their inputs
+            edges = consumers.get(name)
+            if not edges:
+                down[name] = _NO_CONSUMERS
+                continue
+            items = sorted(cores[c] + down[c] + slot for c, slot in edges)
+            down[name] = xxhash.xxh3_128_digest(b"".join(_LEN.pack(len(item)) + item for item in items))
+        return [xxhash.xxh3_128_digest(cores[name] + down[name]) for name in order]
+
+
+def _frame(node: node_def_pb2.NodeDef) -> bytes:
+    value = node.attr.get(_FRAME)
+    return value.s if value is not None else b""
 
 
 def _copy(message):
@@ -198,14 +454,25 @@ def _update(hasher: Any, data: bytes) -> None:
     hasher.update(data)
 
 
-def graph_hash(view: GraphView) -> str:
+def canonical_graph(view: GraphView) -> tuple[str, dict[str, NodeSummary]]:
+    """The ``graph`` part's digest and each fan-in node's NodeSummary (its canonical id included)."""
     canon = _Canonicalizer(view.functions, view.gradients)
+    signature = view.signature
+    contract = {name.rpartition(":")[0] for name in (*signature.feeds, *signature.fetches)}
+    contract.update(signature.targets)
+    contract.update(name for name in view.reachable if named_by_node(view.nodes[name]))
+    details: dict[str, NodeSummary] = {}
+    _, elements = canon.hash_scope(view.nodes, view.reachable, contract, _graph_ref, details)
     hasher = xxhash.xxh3_128()
     versions = view.graph_def.versions
     _update(hasher, f"producer={versions.producer};min_consumer={versions.min_consumer}".encode())
-    for name in view.reachable:  # already sorted
-        canon.hash_node(hasher, view.nodes[name])
-    return hasher.hexdigest()
+    for element in sorted(elements):
+        hasher.update(element)
+    return hasher.hexdigest(), details
+
+
+def graph_hash(view: GraphView) -> str:
+    return canonical_graph(view)[0]
 
 
 def options_bytes(options: Any) -> bytes:
@@ -224,8 +491,9 @@ def _hash_text(text: str | bytes) -> str:
 
 def compute(view: GraphView, options: Any, identity: dict[str, Any], *, name: str = "") -> Fingerprint:
     signature: Signature = view.signature
+    graph, details = canonical_graph(view)
     parts = {
-        "graph": graph_hash(view),
+        "graph": graph,
         "feeds": _hash_text(json.dumps(signature.feeds)),
         "fetches": _hash_text(json.dumps(signature.fetches)),
         "targets": _hash_text(json.dumps(signature.targets)),
@@ -235,7 +503,7 @@ def compute(view: GraphView, options: Any, identity: dict[str, Any], *, name: st
     key = xxhash.xxh3_128_hexdigest("".join(f"{p}={parts[p]}\n" for p in PART_ORDER).encode())
     if log.isEnabledFor(logging.DEBUG):
         log.debug("key %s for %s: %s", key, name or "graph", " ".join(f"{p}={parts[p]}" for p in PART_ORDER))
-    return Fingerprint(key, parts)
+    return Fingerprint(key, parts, {n: summary.id for n, summary in details.items()}, details)
 
 
 def canonical_function_names(graph_def: graph_pb2.GraphDef) -> None:
@@ -283,4 +551,5 @@ def canonical_function_names(graph_def: graph_pb2.GraphDef) -> None:
         library.gradient.add(function_name=function_name, gradient_func=gradient_func)
 
 
-__all__ = ["DROPPED_ATTRS", "Fingerprint", "canonical_function_names", "compute", "graph_hash", "input_node"]
+__all__ = ["DROPPED_ATTRS", "Fingerprint", "NodeSummary", "canonical_function_names", "canonical_graph", "compute",
+           "graph_hash", "input_node", "named_by_node"]
