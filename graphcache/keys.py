@@ -85,6 +85,7 @@ _NEXT_ITERATION = frozenset({"NextIteration", "RefNextIteration"})
 # Input tags: each data input is one tag byte, then a 16-byte id (node inputs), then its port.
 _NODE, _BACK, _ARG, _CONTROLS = b"n", b"b", b"a", b"c"
 _NO_CONSUMERS = xxhash.xxh3_128_digest(b"no consumers")
+_EMPTY = _LEN.pack(0)
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,13 @@ class Fingerprint:
     key: str
     parts: dict[str, str]  # part name -> that part's own xxh3-128 hex digest
     nodes: dict[str, str] = field(default_factory=dict)  # fan-in node name -> canonical id (hex)
-    details: dict[str, NodeSummary] = field(default_factory=dict)  # fan-in node name -> what its id covers
+    # builds ``details`` on first use, from what hashing kept (no second pass over the graph)
+    summarize: Callable[[], dict[str, NodeSummary]] | None = field(default=None, repr=False, compare=False)
+
+    @functools.cached_property
+    def details(self) -> dict[str, NodeSummary]:
+        """Fan-in node name -> what its canonical id covers (op, device, attribute digests, inputs)."""
+        return self.summarize() if self.summarize is not None else {}
 
 
 @functools.cache
@@ -148,6 +155,7 @@ class _Parsed:
     controls: list[str]  # distinct control-input nodes
     arg_controls: list[bytes]  # distinct control inputs on function arguments, by position
     back: frozenset[int]  # positions of data inputs that are loop back edges (NextIteration -> Merge)
+    deps: list[str]  # the nodes this one's id depends on: data sources but back edges, then controls
 
 
 class _Canonicalizer:
@@ -158,6 +166,7 @@ class _Canonicalizer:
         self.gradients = gradients
         self._names: dict[str, str] = {}
         self._in_progress: set[str] = set()
+        self._texts: dict[str | bytes, bytes] = {}
 
     # -- functions -----------------------------------------------------------------------------------------
     def function_name(self, name: str) -> str:
@@ -206,7 +215,8 @@ class _Canonicalizer:
         body = {node.name: node for node in fdef.node_def}
         ref = self._body_ref(fdef.signature.name, arg_index, body)
         contract = {name for name, node in body.items() if named_by_node(node)}
-        ids, elements = self.hash_scope(body, body, contract, ref)
+        scope = self.hash_scope(body, body, contract, ref)
+        ids, elements = scope.ids, scope.elements
         for arg in fdef.signature.output_arg:  # outputs in order: what each returns
             text = fdef.ret.get(arg.name)
             if text is None:
@@ -238,7 +248,8 @@ class _Canonicalizer:
             node, _, rest = text.partition(":")
             source = body.get(node)
             if source is None:
-                raise InvalidGraphError(f"function {fname!r}: input {text!r} names no argument or node of its body")
+                raise InvalidGraphError(f"function {fname!r}: input {text!r} names no argument or node "
+                                        f"of its body")
             callee = self.functions.get(source.op)
             if callee is not None and rest:
                 out_arg, _, index_text = rest.partition(":")
@@ -279,19 +290,15 @@ class _Canonicalizer:
             self._rename_in_attr(attr)
         return xxhash.xxh3_128_digest(attr.SerializeToString(deterministic=True))
 
-    # -- one scope: the graph's fan-in, or a function body -----------------------------------------------------
+    # -- one scope: the graph's fan-in, or a function body -------------------------------------------------
     def hash_scope(self, nodes: dict[str, node_def_pb2.NodeDef], members: Iterable[str], contract: set[str],
-                   ref: Callable[[str], tuple[str | None, bytes]],
-                   details: dict[str, NodeSummary] | None = None) -> tuple[dict[str, bytes], list[bytes]]:
-        """(canonical id per node, one element per node) for ``members`` and everything upstream.
+                   ref: Callable[[str], tuple[str | None, bytes]]) -> _Scope:
+        """Canonical ids and elements for ``members`` and everything upstream of them.
 
-        ``contract``: the nodes whose names are part of the key. ``details``, when given, is filled
-        with each node's NodeSummary.
+        ``contract``: the nodes whose names are part of the key.
         """
-        ids: dict[str, bytes] = {}
-        parsed: dict[str, _Parsed] = {}
-        attrs: dict[str, dict[str, bytes]] = {}
-        order: list[str] = []  # inputs before consumers (back edges aside)
+        scope = _Scope(nodes)
+        ids, parsed, attrs, order = scope.ids, scope.parsed, scope.attrs, scope.order
         for start in members:
             if start in ids:
                 continue
@@ -307,24 +314,17 @@ class _Canonicalizer:
                     continue
                 if name in active:
                     raise InvalidGraphError(f"the graph has a cycle through {name!r} that is not a while "
-                                            f"loop's NextIteration -> Merge back edge (TensorFlow rejects it too)")
+                                            f"loop's NextIteration -> Merge back edge (TensorFlow rejects "
+                                            f"it too)")
                 inputs = parsed[name] = self._parse(nodes[name], nodes, ref)
                 active.add(name)
                 stack.append((name, True))
-                stack.extend((src, False) for i, (src, _) in enumerate(inputs.data)
-                             if src is not None and i not in inputs.back and src not in ids)
-                stack.extend((src, False) for src in inputs.controls if src not in ids)
+                for dep in inputs.deps:
+                    if dep not in ids:
+                        stack.append((dep, False))
         cores = self._cores(nodes, order, parsed, ids, attrs)
-        elements = self._elements(order, parsed, cores)
-        if details is not None:
-            for name in order:
-                node, inputs = nodes[name], parsed[name]
-                details[name] = NodeSummary(
-                    ids[name].hex(), self.function_name(node.op), node.device,
-                    {key: digest.hex() for key, digest in attrs[name].items()},
-                    tuple(text for text in node.input if not text.startswith("^"))
-                    + tuple("^" + c for c in sorted(inputs.controls)))
-        return ids, elements
+        scope.elements = self._elements(order, parsed, cores)
+        return scope
 
     @staticmethod
     def _parse(node: node_def_pb2.NodeDef, nodes: dict[str, node_def_pb2.NodeDef],
@@ -333,7 +333,7 @@ class _Canonicalizer:
         controls: set[str] = set()
         arg_controls: set[bytes] = set()
         for text in node.input:
-            if not text.startswith("^"):
+            if text[:1] != "^":
                 data.append(ref(text))
             elif text[1:] in nodes:
                 controls.add(text[1:])
@@ -342,45 +342,62 @@ class _Canonicalizer:
                 if src is not None:
                     raise InvalidGraphError(f"node {node.name!r}: control input {text!r} is not in the graph")
                 arg_controls.add(index)
-        back = frozenset()
+        back: frozenset[int] = frozenset()
         if node.op in _MERGE:
             back = frozenset(i for i, (src, _) in enumerate(data)
                              if src is not None and nodes[src].op in _NEXT_ITERATION)
-        return _Parsed(data, sorted(controls), sorted(arg_controls), back)
+        deps = [src for i, (src, _) in enumerate(data) if src is not None and i not in back]
+        ordered = sorted(controls)
+        return _Parsed(data, ordered, sorted(arg_controls), back, deps + ordered)
 
     def _node_id(self, node: node_def_pb2.NodeDef, inputs: _Parsed, ids: dict[str, bytes], named: bool,
                  attrs: dict[str, dict[str, bytes]]) -> bytes:
-        """H(own content, upstream ids): the node's op, device, attributes (name if in the contract)."""
-        hasher = xxhash.xxh3_128()
-        _update(hasher, self.function_name(node.op).encode())
-        _update(hasher, node.device.encode())
-        _update(hasher, node.name.encode() if named else b"")
+        """H(op, device, name if in the contract, attributes, (id, port) per data input, control ids).
+
+        One digest over one joined buffer, every variable-length piece prefixed by its length or count
+        (ids and digests are 16 bytes): the encoding is unambiguous, and cheap in Python.
+        """
+        op = self.function_name(node.op)
+        enc = self._encoded
+        pieces = [enc(op), enc(node.device), _text(node.name) if named else _EMPTY]
         digests: dict[str, bytes] = {}
+        skip_frame = node.op in _ENTER
         for key in sorted(node.attr):
-            if key in DROPPED_ATTRS or key == _COLOCATION or (key == _FRAME and node.op in _ENTER):
+            if key in DROPPED_ATTRS or key == _COLOCATION or (skip_frame and key == _FRAME):
                 continue  # the last two are hashed in the node's element (_cores)
-            digest = digests[key] = self._attr_digest(node.attr[key])
-            _update(hasher, key.encode())
-            hasher.update(digest)
+            digests[key] = self._attr_digest(node.attr[key])
         attrs[node.name] = digests
+        pieces.append(_LEN.pack(len(digests)))
+        for key, digest in digests.items():
+            pieces.append(enc(key))
+            pieces.append(digest)
         if node.HasField("experimental_type"):
-            _update(hasher, b"experimental_type")
-            _update(hasher, node.experimental_type.SerializeToString(deterministic=True))
+            pieces.append(b"t" + xxhash.xxh3_128_digest(node.experimental_type.SerializeToString(deterministic=True)))
+        else:
+            pieces.append(b"-")
+        pieces.append(_LEN.pack(len(inputs.data)))
+        back = inputs.back
         for i, (src, port) in enumerate(inputs.data):
-            if i in inputs.back:
-                hasher.update(_BACK)
+            if i in back:
+                pieces.append(_BACK)
             elif src is None:
-                hasher.update(_ARG)
+                pieces.append(_ARG)
             else:
-                hasher.update(_NODE + ids[src])
-            _update(hasher, port)
-        hasher.update(_CONTROLS)
-        for digest in sorted(ids[c] for c in inputs.controls):
-            hasher.update(digest)
-        hasher.update(_ARG)
-        for index in inputs.arg_controls:
-            _update(hasher, index)
-        return hasher.digest()
+                pieces.append(_NODE)
+                pieces.append(ids[src])
+            pieces.append(enc(port))
+        pieces.append(_LEN.pack(len(inputs.controls)))
+        pieces.extend(sorted(ids[c] for c in inputs.controls))
+        pieces.append(_LEN.pack(len(inputs.arg_controls)))
+        pieces.extend(enc(index) for index in inputs.arg_controls)
+        return xxhash.xxh3_128_digest(b"".join(pieces))
+
+    def _encoded(self, text: str | bytes) -> bytes:
+        """``text`` length-prefixed, memoized: op names, devices, attribute keys and ports repeat."""
+        known = self._texts.get(text)
+        if known is None:
+            known = self._texts[text] = _text(text)
+        return known
 
     @staticmethod
     def _cores(nodes: dict[str, node_def_pb2.NodeDef], order: list[str], parsed: dict[str, _Parsed],
@@ -390,18 +407,22 @@ class _Canonicalizer:
         for name in order:
             if nodes[name].op in _ENTER:
                 frames.setdefault(_frame(nodes[name]), []).append(ids[name])
-        frame_keys = {label: xxhash.xxh3_128_digest(b"".join(sorted(group))) for label, group in frames.items()}
+        frame_keys = {label: xxhash.xxh3_128_digest(b"".join(sorted(group)))
+                      for label, group in frames.items()}
         cores: dict[str, bytes] = {}
         for name in order:
             node, inputs = nodes[name], parsed[name]
+            colocation = node.attr.get(_COLOCATION)
+            if not inputs.back and colocation is None and node.op not in _ENTER:
+                cores[name] = ids[name]
+                continue
             extra: list[bytes] = []
             for i in sorted(inputs.back):
                 src, port = inputs.data[i]
-                extra.append(_BACK + ids[src] + _LEN.pack(len(port)) + port)
+                extra.append(_BACK + ids[src] + _text(port))
             if node.op in _ENTER:
                 digest = attrs[name][_FRAME] = frame_keys[_frame(node)]
                 extra.append(b"f" + digest)
-            colocation = node.attr.get(_COLOCATION)
             if colocation is not None:
                 targets = []
                 for raw in colocation.list.s:
@@ -409,7 +430,7 @@ class _Canonicalizer:
                     targets.append(ids[target] if target in ids else b"?" + raw)  # outside: by its text
                 digest = attrs[name][_COLOCATION] = xxhash.xxh3_128_digest(b"".join(sorted(targets)))
                 extra.append(b"l" + digest)
-            cores[name] = xxhash.xxh3_128_digest(ids[name] + b"".join(extra)) if extra else ids[name]
+            cores[name] = xxhash.xxh3_128_digest(ids[name] + b"".join(extra))
         return cores
 
     @staticmethod
@@ -419,23 +440,49 @@ class _Canonicalizer:
         The downward part tells apart identical copies wired to different consumers (a stateful op
         duplicated, say), which the multiset of upward ids alone cannot.
         """
-        consumers: dict[str, list[tuple[str, bytes]]] = {}
-        for name in order:
-            inputs = parsed[name]
-            for i, (src, port) in enumerate(inputs.data):
-                if src is not None and i not in inputs.back:
-                    consumers.setdefault(src, []).append((name, b"%s>%d" % (port, i)))
-            for src in inputs.controls:
-                consumers.setdefault(src, []).append((name, b"^"))
+        consumers: dict[str, list[bytes]] = {}
         down: dict[str, bytes] = {}
+        elements: list[bytes] = []
         for name in reversed(order):  # consumers before their inputs
             edges = consumers.get(name)
-            if not edges:
-                down[name] = _NO_CONSUMERS
-                continue
-            items = sorted(cores[c] + down[c] + slot for c, slot in edges)
-            down[name] = xxhash.xxh3_128_digest(b"".join(_LEN.pack(len(item)) + item for item in items))
-        return [xxhash.xxh3_128_digest(cores[name] + down[name]) for name in order]
+            if edges is None:
+                mine = _NO_CONSUMERS
+            else:
+                edges.sort()
+                mine = xxhash.xxh3_128_digest(b"".join(edges))
+            down[name] = mine
+            elements.append(xxhash.xxh3_128_digest(cores[name] + mine))
+            inputs = parsed[name]
+            edge = cores[name] + mine
+            for i, (src, port) in enumerate(inputs.data):
+                if src is not None and i not in inputs.back:  # (producer port, consumer slot) + consumer
+                    consumers.setdefault(src, []).append(edge + _text(b"%s>%d" % (port, i)))
+            for src in inputs.controls:
+                consumers.setdefault(src, []).append(edge + _text(b"^"))
+        return elements
+
+
+@dataclass
+class _Scope:
+    """What hashing one scope produced; ``summaries`` turns it into NodeSummaries when asked."""
+
+    nodes: dict[str, node_def_pb2.NodeDef]
+    ids: dict[str, bytes] = field(default_factory=dict)  # node -> canonical id
+    parsed: dict[str, _Parsed] = field(default_factory=dict)
+    attrs: dict[str, dict[str, bytes]] = field(default_factory=dict)  # node -> hashed attribute -> digest
+    order: list[str] = field(default_factory=list)  # inputs before consumers (back edges aside)
+    elements: list[bytes] = field(default_factory=list)
+
+    def summaries(self, canon: _Canonicalizer) -> dict[str, NodeSummary]:
+        result = {}
+        for name in self.order:
+            node = self.nodes[name]
+            result[name] = NodeSummary(
+                self.ids[name].hex(), canon.function_name(node.op), node.device,
+                {key: digest.hex() for key, digest in sorted(self.attrs[name].items())},
+                tuple(text for text in node.input if text[:1] != "^")
+                + tuple("^" + c for c in self.parsed[name].controls))
+        return result
 
 
 def _frame(node: node_def_pb2.NodeDef) -> bytes:
@@ -454,21 +501,27 @@ def _update(hasher: Any, data: bytes) -> None:
     hasher.update(data)
 
 
-def canonical_graph(view: GraphView) -> tuple[str, dict[str, NodeSummary]]:
-    """The ``graph`` part's digest and each fan-in node's NodeSummary (its canonical id included)."""
+def _text(text: str | bytes) -> bytes:
+    data = text.encode() if isinstance(text, str) else text
+    return _LEN.pack(len(data)) + data
+
+
+def canonical_graph(view: GraphView) -> tuple[str, dict[str, str], Callable[[], dict[str, NodeSummary]]]:
+    """The ``graph`` part's digest, each fan-in node's canonical id, and a callable that returns each
+    node's NodeSummary (built only when asked: a hit never needs them)."""
     canon = _Canonicalizer(view.functions, view.gradients)
     signature = view.signature
     contract = {name.rpartition(":")[0] for name in (*signature.feeds, *signature.fetches)}
     contract.update(signature.targets)
     contract.update(name for name in view.reachable if named_by_node(view.nodes[name]))
-    details: dict[str, NodeSummary] = {}
-    _, elements = canon.hash_scope(view.nodes, view.reachable, contract, _graph_ref, details)
+    scope = canon.hash_scope(view.nodes, view.reachable, contract, _graph_ref)
     hasher = xxhash.xxh3_128()
     versions = view.graph_def.versions
     _update(hasher, f"producer={versions.producer};min_consumer={versions.min_consumer}".encode())
-    for element in sorted(elements):
+    for element in sorted(scope.elements):
         hasher.update(element)
-    return hasher.hexdigest(), details
+    nodes = {name: scope.ids[name].hex() for name in scope.order}
+    return hasher.hexdigest(), nodes, functools.partial(scope.summaries, canon)
 
 
 def graph_hash(view: GraphView) -> str:
@@ -491,7 +544,7 @@ def _hash_text(text: str | bytes) -> str:
 
 def compute(view: GraphView, options: Any, identity: dict[str, Any], *, name: str = "") -> Fingerprint:
     signature: Signature = view.signature
-    graph, details = canonical_graph(view)
+    graph, nodes, summaries = canonical_graph(view)
     parts = {
         "graph": graph,
         "feeds": _hash_text(json.dumps(signature.feeds)),
@@ -503,7 +556,7 @@ def compute(view: GraphView, options: Any, identity: dict[str, Any], *, name: st
     key = xxhash.xxh3_128_hexdigest("".join(f"{p}={parts[p]}\n" for p in PART_ORDER).encode())
     if log.isEnabledFor(logging.DEBUG):
         log.debug("key %s for %s: %s", key, name or "graph", " ".join(f"{p}={parts[p]}" for p in PART_ORDER))
-    return Fingerprint(key, parts, {n: summary.id for n, summary in details.items()}, details)
+    return Fingerprint(key, parts, nodes, summaries)
 
 
 def canonical_function_names(graph_def: graph_pb2.GraphDef) -> None:
