@@ -19,7 +19,7 @@ import xxhash
 
 from . import codec
 
-# The version of keys.py's canonical form. A new scheme gives every graph a new key, so entries under
+# The version of the key scheme (keys.py, canonical.py). A new scheme gives every graph a new key, so entries under
 # the old one could never hit again: being part of the version, they are purged as a stale version.
 # 2: nodes named by structure (Merkle ids), not by their names.
 KEY_SCHEME = 2
