@@ -465,3 +465,52 @@ def test_entries_of_the_old_key_scheme_are_a_stale_version_and_purged(cache_dir,
     new = GraphCache(cache_dir, stale_after=0)
     assert new.version != old.version
     assert new.last_purge.entries == 1 and new.stats().entries == 0
+
+
+def _control_flow_graph():
+    namespace: dict = {}
+    exec(CONTROL_FLOW_MODEL, namespace)
+    return namespace["build_control_flow_graph"]()
+
+
+def _rename_function_bodies(graph_def: graph_pb2.GraphDef) -> graph_pb2.GraphDef:
+    """Every library function's body nodes renamed (inputs, outputs, control outputs and colocation
+    follow)."""
+    copy = graph_pb2.GraphDef()
+    copy.CopyFrom(graph_def)
+    for fdef in copy.library.function:
+        mapping = {node.name: f"body_{i}_99" for i, node in enumerate(fdef.node_def)}
+
+        def rename(text: str, mapping=mapping) -> str:
+            control = text.startswith("^")
+            node, sep, rest = text.lstrip("^").partition(":")
+            return ("^" if control else "") + mapping.get(node, node) + sep + rest
+
+        for node in fdef.node_def:
+            node.name = mapping[node.name]
+            node.input[:] = [rename(text) for text in node.input]
+            if "_class" in node.attr:  # b"loc:@<body node>"
+                node.attr["_class"].list.s[:] = [b"loc:@" + mapping[s[5:].decode()].encode()
+                                                 for s in node.attr["_class"].list.s]
+        for key in list(fdef.ret):
+            fdef.ret[key] = rename(fdef.ret[key])
+        for key in list(fdef.control_ret):
+            fdef.control_ret[key] = mapping.get(fdef.control_ret[key], fdef.control_ret[key])
+    return copy
+
+
+def test_function_bodies_are_keyed_by_structure_not_node_names():
+    gd, feeds, fetches = _control_flow_graph()
+    assert any(f.node_def for f in gd.library.function)
+    base = graphcache.fingerprint(gd, fetches, feeds)
+    renamed = _rename_function_bodies(gd)
+    assert {n.name for f in renamed.library.function for n in f.node_def}.isdisjoint(
+        n.name for f in gd.library.function for n in f.node_def)
+    assert graphcache.fingerprint(renamed, fetches, feeds) == base
+
+    def change_body_constant(g):
+        const = next(n for f in g.library.function for n in f.node_def
+                     if n.op == "Const" and n.attr["value"].tensor.float_val)
+        const.attr["value"].tensor.float_val[0] += 1.0
+
+    assert graphcache.fingerprint(_mutated(gd, change_body_constant), fetches, feeds) != base
