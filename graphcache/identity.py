@@ -1,8 +1,9 @@
 """The compiler identity: everything besides the graph that decides what a compile produces.
 
-``version`` = TensorFlow version and git version, graphcache's entry-format version and the user's
-identity salt. A different version means an upgrade (or a deliberate salt change): its entries are
-purged once that version has not been opened for ``stale_after`` (see versioning.py).
+``version`` = TensorFlow version and git version, graphcache's entry-format version, the key scheme
+(``KEY_SCHEME``) and the user's identity salt. A different version means an upgrade (or a deliberate
+salt change): its entries are purged once that version has not been opened for ``stale_after`` (see
+versioning.py).
 ``identity`` = version + the backend and its options + the device kind. Identities of one version never
 purge each other (a GPU trainer and a CPU server can share a cache dir).
 """
@@ -18,6 +19,11 @@ from typing import Any
 from .core import codec
 from .core.keyparts import version_id
 
+# The version of the key scheme (keys.py, canonical.py). A new scheme gives every graph a new key, so entries under
+# the old one could never hit again: being part of the version, they are purged as a stale version.
+# 2: nodes named by structure (Merkle ids), not by their names.
+KEY_SCHEME = 2
+
 # Environment variables that change what TensorFlow's graph rewriters produce.
 _TF_ENV_IN_IDENTITY = ("TF_ENABLE_ONEDNN_OPTS",)
 
@@ -31,7 +37,8 @@ def _tf_versions() -> tuple[str, str]:
 
 def compiler_version(salt: str = "") -> dict[str, Any]:
     tf_version, git_version = _tf_versions()
-    return {"tensorflow": tf_version, "tf_git": git_version, "format": codec.FORMAT_VERSION, "salt": salt}
+    return {"tensorflow": tf_version, "tf_git": git_version, "format": codec.FORMAT_VERSION, "keys": KEY_SCHEME,
+            "salt": salt}
 
 
 @dataclass(frozen=True)
