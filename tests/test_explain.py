@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from graphcache import GraphCache, cli, keys
 from graphcache.core import codec, misses
 from graphcache.core.cachedir import CacheDir
-from graphcache.core.index import INDEX_FILE, CacheIndex
+from graphcache.core.index import INDEX_FILE, CacheIndex, IndexRow
 from graphcache.core.schema import MIGRATIONS, SCHEMA_V1, SCHEMA_V2, SCHEMA_VERSION, statements
 from graphcache.explain import explain, nodes
 
@@ -200,14 +200,22 @@ def test_the_entry_keeps_a_small_node_table(cache, cnn):
 
 # -- at the moment of a miss -----------------------------------------------------------------------------------
 def test_graphcache_explain_logs_each_miss(cache, monkeypatch, caplog):
-    compile_small(cache)
+    first = compile_small(cache)
     monkeypatch.setenv("GRAPHCACHE_EXPLAIN", "1")
     with caplog.at_level(logging.WARNING, logger="graphcache"):
         compile_small(cache, transpose=True)
     [line] = [r.getMessage() for r in caplog.records if "nearest entry" in r.getMessage()]
-    assert "differs in graph" in line and "mm (attr:transpose_b)" in line
+    assert f"nearest entry {first.key} (small) differs in graph (changed mm (attr:transpose_b))" in line
     [recorded] = misses.recent(cache.index, 1)
-    assert recorded.differs == ("graph",) and recorded.nearest is not None
+    assert recorded.differs == ("graph",) and recorded.nearest == first.key
+
+
+def test_logging_at_info_explains_each_miss(cache, caplog):
+    compile_small(cache)
+    caplog.set_level(logging.INFO, logger="graphcache")
+    compile_small(cache, extra=True)
+    [line] = [r.getMessage() for r in caplog.records if r.levelname == "INFO" and "nearest entry" in r.getMessage()]
+    assert "added bias, biased" in line or "added biased, bias" in line
 
 
 def test_a_miss_under_another_signature_says_which_names_changed(cache):
@@ -303,7 +311,7 @@ def test_a_schema_2_index_reads_as_no_misses_read_only_and_is_migrated_writable(
 
 
 def test_a_rebuilt_index_starts_without_misses_and_refills_parts_from_headers(cache, cache_dir):
-    first = compile_small(cache)
+    compile_small(cache)
     second = compile_small(cache, scale=2.0)
     assert len(misses.recent(cache.index)) == 2
     cache.close()
@@ -333,3 +341,21 @@ def test_identity_changes_in_words():
     assert misses.identity_changes(old, new) == "tensorflow 2.20.0 -> 2.21.0, device kind cpu -> gpu:H100:cc9.0"
     assert misses.identity_changes({"tensorflow": "2.21.0", "salt": "a"}, {"tensorflow": "2.21.0", "salt": "b"}) \
         == "salt 'a' -> 'b'"
+
+
+def test_nearest_ranks_same_name_first_then_parts_shared(cache_dir):
+    index = CacheIndex(cache_dir)
+    wanted = {part: f"{part}-now" for part in misses.PARTS}
+    now = time.time()
+    for key, name, stale in (("a" * 32, "m", ("graph", "identity")), ("b" * 32, "other", ("identity",)),
+                             ("c" * 32, "m", ("graph",)), ("d" * 32, "other", ("graph", "feeds", "fetches"))):
+        row = IndexRow(key, name, "graph", 100, now, now, "v", "id", 0.0)
+        misses.upsert_entry(index, row, {part: f"{part}-old" if part in stale else value
+                                         for part, value in wanted.items()})
+    found, more = misses.nearest(index, "m", wanted, limit=3, everything=True)
+    assert [c.key[0] for c in found] == ["c", "a", "b"] and more == 1
+    assert found[0].differs(wanted) == ["graph"] and found[2].differs(wanted) == ["identity"]
+    at_a_miss, _ = misses.nearest(index, "m", wanted)  # same name: one indexed lookup
+    assert [c.key[0] for c in at_a_miss] == ["c"]
+    by_graph, _ = misses.nearest(index, "new", wanted)  # no entry of that name: the same graph part
+    assert [c.key[0] for c in by_graph] == ["b"]

@@ -28,9 +28,12 @@ from .schema import UPSERT, row_values
 # the two agree).
 PARTS = ("graph", "feeds", "fetches", "targets", "options", "identity")
 KEEP = 1000  # misses kept, newest first
-SCAN_NEWEST = 2000  # parts rows a miss scores when no entry shares its name or graph
+SCAN_NEWEST = 500  # parts rows a miss scores (in SQL) when no entry shares its name or graph
 _PART_COLUMNS = ", ".join(f"p.{part}" for part in PARTS)
 _SELECT = f"SELECT e.key, e.name, e.version, e.identity, e.created, {_PART_COLUMNS} FROM entries e"
+_SCORED = (f"SELECT e.key, e.name, e.version, e.identity, e.created, {_PART_COLUMNS}, "
+           f"({' + '.join(f'(p.{part} = ?)' for part in PARTS)}) AS shared "
+           "FROM entry_parts p JOIN entries e ON e.key = p.key")
 _INSERT_PARTS = f"INSERT OR REPLACE INTO entry_parts (key, {', '.join(PARTS)}) VALUES (?{', ?' * len(PARTS)})"
 # A refill never overwrites what a writer just stored, nor outlives an entry removed meanwhile.
 _REFILL_PARTS = (f"INSERT OR IGNORE INTO entry_parts (key, {', '.join(PARTS)}) SELECT ?{', ?' * len(PARTS)} "
@@ -68,6 +71,7 @@ class Miss:
 @dataclass
 class _Found:
     rows: list[Candidate] = field(default_factory=list)
+    others: int = 0  # rows of other names that were not fetched (``everything``: counted, not scored)
     unfilled: list[tuple[str, str, str, str, float]] = field(default_factory=list)  # rows without parts
 
 
@@ -105,8 +109,12 @@ def _candidate(values: tuple) -> Candidate | None:
     return Candidate(key, name, version, identity, float(created), dict(zip(PARTS, parts, strict=True)))
 
 
-def _query(index: CacheIndex, name: str, parts: Mapping[str, str], exclude: str, everything: bool) -> _Found:
+def _query(index: CacheIndex, name: str, parts: Mapping[str, str], exclude: str, everything: bool,
+           limit: int) -> _Found:
     graph = kinds.GRAPH
+    scored = f"{_SCORED} WHERE e.kind = ? AND e.key != ? AND e.name != ? AND "
+    ranked = " ORDER BY shared DESC, e.created DESC LIMIT ?"
+    scores = [parts.get(part, "") for part in PARTS]
 
     def read(conn: sqlite3.Connection) -> _Found:
         found = _Found()
@@ -118,27 +126,22 @@ def _query(index: CacheIndex, name: str, parts: Mapping[str, str], exclude: str,
                 found.rows.append(candidate)
         if found.rows and not everything:
             return found  # same name comes first: nothing else can rank above these
-        seen = {row.key for row in found.rows}
-        if everything:
-            others = conn.execute(f"{_SELECT} JOIN entry_parts p ON p.key = e.key WHERE e.kind = ? AND e.key != ?",
-                                  (graph, exclude))
-        else:
-            others = conn.execute(f"{_SELECT} JOIN entry_parts p ON p.key = e.key WHERE p.graph = ? AND e.key != ?",
-                                  (parts.get("graph", ""), exclude)).fetchall()
-            if not others:
-                others = conn.execute(
-                    f"{_SELECT} JOIN entry_parts p ON p.key = e.key WHERE p.rowid > "
-                    "(SELECT COALESCE(MAX(rowid), 0) FROM entry_parts) - ? AND e.kind = ? AND e.key != ?",
-                    (SCAN_NEWEST, graph, exclude)).fetchall()
-        for values in others:
-            candidate = _candidate(values)
-            if candidate is not None and candidate.key not in seen:
-                found.rows.append(candidate)
-        if everything:
+        fixed = (*scores, graph, exclude, name)
+        if everything:  # scored in SQL: only the best ``limit`` rows come to Python
+            others = conn.execute(scored + "1" + ranked, (*fixed, limit)).fetchall()
+            found.others = conn.execute("SELECT COUNT(*) FROM entry_parts p JOIN entries e ON e.key = p.key "
+                                        "WHERE e.kind = ? AND e.key != ? AND e.name != ?",
+                                        (graph, exclude, name)).fetchone()[0]
             found.unfilled.extend(conn.execute(
                 "SELECT e.key, e.name, e.version, e.identity, e.created FROM entries e LEFT JOIN entry_parts p "
                 "ON p.key = e.key WHERE e.kind = ? AND p.key IS NULL AND e.name != ? AND e.key != ?",
                 (graph, name, exclude)))
+        else:
+            others = conn.execute(scored + "p.graph = ?" + ranked, (*fixed, parts.get("graph", ""), limit)).fetchall()
+            if not others:  # the newest rows only: a miss never scans a big index
+                others = conn.execute(scored + "p.rowid > (SELECT COALESCE(MAX(rowid), 0) FROM entry_parts) - ?"
+                                      + ranked, (*fixed, SCAN_NEWEST, limit)).fetchall()
+        found.rows.extend(c for c in map(_candidate, (values[:-1] for values in others)) if c is not None)
         return found
 
     try:
@@ -178,12 +181,13 @@ def nearest(index: CacheIndex, name: str, parts: Mapping[str, str], *, exclude: 
     """The ``limit`` graph entries nearest a graph named ``name`` with key ``parts`` (``exclude``: its own
     key), and how many others were considered. ``everything``: score every graph entry (``explain``), not
     only those a miss finds by index. ``header_of(key)`` reads an entry's header, to refill missing parts."""
-    found = _query(index, name, parts, exclude, everything)
+    found = _query(index, name, parts, exclude, everything, limit)
     rows = found.rows
     if found.unfilled and header_of is not None:
         rows = rows + _fill(index, found.unfilled, header_of)
     ranked = rank(rows, name, parts)
-    return ranked[:limit], max(0, len(ranked) - limit)
+    fetched_others = sum(1 for row in found.rows if row.name != name)
+    return ranked[:limit], max(0, len(ranked) + max(0, found.others - fetched_others) - limit)
 
 
 def record(index: CacheIndex, miss: Miss, keep: int = KEEP) -> None:
