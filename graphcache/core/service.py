@@ -229,7 +229,7 @@ class EntryService:
             return
         try:
             if not self.index.touch(key) and header is not None:
-                self.index.upsert(row_from_header(header, size, time.time()))
+                misses.upsert_entry(self.index, row_from_header(header, size, time.time()), misses.graph_parts(header))
         except (IndexBusyError, IndexCorruptError) as exc:
             self._index_failed("recording a use", exc)
         except STORAGE_ERRORS as exc:
