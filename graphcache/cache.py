@@ -32,6 +32,7 @@ from .core.keyparts import version_id
 from .core.service import EntryService
 from .core.settings import ENV_FUNCTIONS, CacheSettings, resolve_flag
 from .errors import CorruptEntryError, InvalidGraphError, UnsupportedGraphError
+from .explain import report as explained
 from .graphs import GraphView, Signature
 
 log = logging.getLogger("graphcache")
@@ -234,9 +235,11 @@ class GraphCache(EntryService):
                              serialized=data)
 
     def _save(self, fp: keys.Fingerprint, data: bytes, seconds: float, signature: Signature, label: str) -> None:
+        explained.note_miss(self, fp, label, signature)  # the index's record of misses (explain/report.py)
         header = codec.EntryHeader(
             key=fp.key, version=self.version, identity=self.identity, name=label, kind=kinds.GRAPH,
-            created=time.time(), compile_seconds=seconds, key_parts=fp.parts, extra=signature.as_dict())
+            created=time.time(), compile_seconds=seconds, key_parts=fp.parts,
+            extra={**signature.as_dict(), **explained.table_extra(fp)})
         self.write_entry(header, data)
 
     def flush(self, timeout: float | None = None) -> bool:

@@ -14,6 +14,8 @@
     export FILE  write entries (default: every entry of the current version) to one .tar.zst bundle
     import FILE  verify a bundle completely, then add its entries
     push [KEY...] upload entries the remote cache lacks (default: every entry of the current version)
+    explain GRAPH the key a graph would have, whether it is cached, what differs from the nearest entries
+    misses       the recent misses, newest first, each with its nearest entry and the parts that differed
     run SCRIPT   run a Python script (or -m MODULE) with every TF1 session compiled through the cache
 
 Data (tables, JSON, keys) goes to stdout, messages, prompts and progress bars to stderr. Handlers raise;
@@ -21,13 +23,15 @@ the one runner, :func:`graphcache.cli.app.run`, maps exceptions to exit codes: 0
 missing cache included), 1 runtime failure, 2 usage error, 130 interrupted. ``GRAPHCACHE_DEBUG=1`` adds
 tracebacks.
 
-Only TensorFlow-free modules are imported here (``import tensorflow`` alone takes over 2 s); ``warm``
-and ``run`` import it inside the command. The modules, which import one way only (app -> commands -> helpers):
+Only TensorFlow-free modules are imported here (``import tensorflow`` alone takes over 2 s); ``warm``,
+``explain`` and ``run`` import it inside the command. The modules, which import one way only (app ->
+commands -> helpers):
 
     app        the group, main (the console script) and the runner
     info       dir, stats, zero-stats
     manage     ls, show, purge, verify
     share      warm, export, import, push
+    explain    explain, misses (why did it miss?)
     run        run (zero-code adoption: graphcache/adoption.py)
     remote     ls --remote, purge --remote, and the remote calls push makes
     selection  key prefixes, filters and purge plans: which entries a command means

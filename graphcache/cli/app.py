@@ -20,7 +20,7 @@ import click
 
 from .. import __version__
 from ..errors import GraphCacheError, GraphCacheWarning
-from . import info, manage, share
+from . import explain, info, manage, share
 from . import run as run_commands
 from .errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, CliError
 from .options import cache_dir_option, debug_enabled, debug_hint, group_epilog
@@ -121,7 +121,8 @@ def cli() -> None:
     """
 
 
-for _command in (*info.COMMANDS, *manage.COMMANDS, *share.COMMANDS, *run_commands.COMMANDS):
+for _command in (*info.COMMANDS, *manage.COMMANDS, *share.COMMANDS, *explain.COMMANDS,
+                 *run_commands.COMMANDS):
     cli.add_command(_command)
 
 

@@ -152,6 +152,8 @@ def entry_view(entry: dict[str, Any], now: float) -> Table:
     view.add_row("Identity id", entry["identity_id"] or "-")
     view.add_row("Key parts", "\n".join(f"{k}: {v}" for k, v in sorted(entry["key_parts"].items())) or "-")
     for name, value in sorted(entry["extra"].items()):
+        if name == "node_table" and isinstance(value, dict):  # the source graph's nodes, for explain
+            value = f"{value.get('nodes', '?')} nodes ({format_size(len(str(value.get('data', ''))))})"
         view.add_row(name.replace("_", " ").capitalize(), _text(value))
     return view
 

@@ -9,7 +9,8 @@ It holds what must be cheap to query or exact under concurrency:
   concurrent processes never lose a count;
 - ``versions``: the manifest of compiler versions seen, each with its last-open time and description;
   the CLI reads the current identity from here instead of importing TensorFlow;
-- ``meta``: when the index was built (a rebuild changes it) and when it was last checked against the files.
+- ``meta``: when the index was built (a rebuild changes it) and when it was last checked against the files;
+- ``entry_parts`` and ``misses``: what explains misses, kept by core/misses.py through :meth:`CacheIndex.run`.
 
 **Derived data.** Every entry file describes itself (codec.py's header), so the index can always be
 rebuilt from the entry files (core/rebuild.py). This module only says when it must be: a database SQLite
@@ -372,6 +373,11 @@ class CacheIndex:
         if self._conn is not None:
             with contextlib.suppress(sqlite3.Error):
                 self._conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+
+    def run(self, fn: Callable[[sqlite3.Connection], T], *, write: bool, default: Any = None) -> T:
+        """``fn(connection)`` with this index's transaction, busy and healing rules (see ``_run``): for the
+        modules that keep their own tables here (core/misses.py)."""
+        return self._run(fn, write=write, default=default)
 
     def _query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
         return self._run(lambda conn: conn.execute(sql, tuple(params)).fetchall(), write=False, default=[])

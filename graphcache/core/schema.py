@@ -59,8 +59,37 @@ CREATE TABLE IF NOT EXISTS versions (
 SCHEMA_V2 = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value REAL NOT NULL);
 """
+# Schema 3: what explains misses (core/misses.py). ``entry_parts``: each graph entry's named key parts, so
+# the entries nearest a miss are found by indexed queries (same name, same graph) without reading headers;
+# a row goes with its entry (trigger). A rebuild leaves it empty and lookups refill it from the headers
+# they meet. ``misses``: the newest misses (bounded); they cannot be rebuilt from the entry files.
+SCHEMA_V3 = """
+CREATE TABLE IF NOT EXISTS entry_parts (
+    key TEXT PRIMARY KEY,
+    graph TEXT NOT NULL,
+    feeds TEXT NOT NULL,
+    fetches TEXT NOT NULL,
+    targets TEXT NOT NULL,
+    options TEXT NOT NULL,
+    identity TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS entry_parts_by_graph ON entry_parts(graph);
+CREATE INDEX IF NOT EXISTS entries_by_name ON entries(name);
+CREATE TRIGGER IF NOT EXISTS entry_parts_removed AFTER DELETE ON entries BEGIN
+    DELETE FROM entry_parts WHERE key = OLD.key;
+END;
+CREATE TABLE IF NOT EXISTS misses (
+    id INTEGER PRIMARY KEY,
+    time REAL NOT NULL,
+    name TEXT NOT NULL,
+    key TEXT NOT NULL,
+    nearest TEXT,
+    differs TEXT NOT NULL DEFAULT '',
+    detail TEXT NOT NULL DEFAULT ''
+);
+"""
 # Index schema 0 is graphcache 0.1's (the v1 tables, user_version never set): step 1 is idempotent on it.
-MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2)
+MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 META_BUILT = "built"  # when this index was created or rebuilt: tells a waiting process that a rebuild happened
@@ -93,7 +122,8 @@ def statements(script: str) -> Iterator[str]:
 def write_index(path: str | os.PathLike[str], rows: Iterable[IndexRow],
                 versions: dict[str, tuple[dict[str, Any], float]], counters: dict[str, float]) -> None:
     """Write a complete new index at ``path`` (which must not exist): the schema, ``rows``, ``versions``
-    and ``counters``, in one transaction with a full fsync. The file is left in WAL mode and whole (no -wal
+    and ``counters``, in one transaction with a full fsync. ``entry_parts`` and ``misses`` start empty (the
+    parts are refilled from the headers lookups meet; past misses are not in the entry files). The file is left in WAL mode and whole (no -wal
     beside it), so it can be renamed into place or copied over a damaged index."""
     conn = sqlite3.connect(str(path), isolation_level=None)
     try:
@@ -116,11 +146,11 @@ def write_index(path: str | os.PathLike[str], rows: Iterable[IndexRow],
 
 
 @functools.cache
-def _expected_schema() -> dict[tuple[bytes, bytes], tuple[bytes, bytes | None]]:
-    """(type, name) -> (table, SQL) of every schema object, as SQLite stores them for MIGRATIONS."""
+def _expected_schema(version: int = SCHEMA_VERSION) -> dict[tuple[bytes, bytes], tuple[bytes, bytes | None]]:
+    """(type, name) -> (table, SQL) of every schema object, as SQLite stores them for schema ``version``."""
     conn = sqlite3.connect(":memory:")
     try:
-        for step in MIGRATIONS:
+        for step in MIGRATIONS[:max(1, version)]:  # schema 0 (graphcache 0.1) holds the v1 tables
             for statement in statements(step):
                 conn.execute(statement)
         return _stored_schema(conn)
@@ -135,12 +165,14 @@ def _stored_schema(conn: sqlite3.Connection) -> dict[tuple[bytes, bytes], tuple[
 
 
 def schema_problems(conn: sqlite3.Connection) -> list[str]:
-    """How the stored schema differs from SCHEMA_VERSION's: a flipped byte in a trigger's text passes
-    SQLite's integrity check and fails only when the trigger fires. An index of a newer schema is not
-    compared (it may have changed what this version knows)."""
-    if conn.execute("PRAGMA user_version").fetchone()[0] > SCHEMA_VERSION:
+    """How the stored schema differs from what its own schema version holds: a flipped byte in a trigger's
+    text passes SQLite's integrity check and fails only when the trigger fires. An older index (opened
+    read-only, so not migrated) is compared with its own version's schema, not flagged for lacking newer
+    tables; an index of a newer schema is not compared (it may have changed what this version knows)."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
         return []
     stored = _stored_schema(conn)
-    wrong = [name.decode(errors="replace") for (kind, name), definition in _expected_schema().items()
+    wrong = [name.decode(errors="replace") for (kind, name), definition in _expected_schema(version).items()
              if stored.get((kind, name)) != definition]
     return [f"its schema differs from graphcache's in {', '.join(sorted(wrong))}"] if wrong else []

@@ -32,7 +32,7 @@ from typing import Any
 
 from ..errors import CacheIOError, CorruptEntryError, UntrustedEntryError
 from ..store import LocalStore, RemoteStore, Store, TieredStore
-from . import codec
+from . import codec, misses
 from .background import BackgroundWrites
 from .cachedir import (
     CacheDir,
@@ -229,7 +229,7 @@ class EntryService:
             return
         try:
             if not self.index.touch(key) and header is not None:
-                self.index.upsert(row_from_header(header, size, time.time()))
+                misses.upsert_entry(self.index, row_from_header(header, size, time.time()), misses.graph_parts(header))
         except (IndexBusyError, IndexCorruptError) as exc:
             self._index_failed("recording a use", exc)
         except STORAGE_ERRORS as exc:
@@ -275,13 +275,65 @@ class EntryService:
         self.count(bytes_written=size)
         if self.index is not None and self.dir is not None:
             try:
-                self.index.upsert(row_from_header(header, size, header.created))
+                misses.upsert_entry(self.index, row_from_header(header, size, header.created),
+                                    misses.graph_parts(header))
                 self.dir.evict(max_size=self.max_size, max_age=self.max_age, keep=header.key)
             except (IndexBusyError, IndexCorruptError) as exc:
                 self._index_failed("indexing a new entry", exc)
             except STORAGE_ERRORS as exc:
                 warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
         return True
+
+    # -- what explains misses (core/misses.py) ---------------------------------------------------------------
+    def entry_header(self, key: str) -> codec.EntryHeader | None:
+        """An entry's header, read alone (no payload, no checks beyond the header's own), or None."""
+        try:
+            return codec.read_header(str(self.store.path_for(key)))
+        except (CorruptEntryError, *STORAGE_ERRORS):
+            return None
+
+    def _explain_index(self) -> CacheIndex | None:
+        if self.index is not None:
+            return self.index
+        if self.disabled:
+            return None
+        return self.management().index  # a read-only cache: its index opened read-only, for explain
+
+    def nearest_entries(self, name: str, parts: dict[str, str], *, exclude: str = "", limit: int = 1,
+                        everything: bool = False) -> tuple[list[misses.Candidate], int]:
+        """The cached graph entries nearest a graph (see misses.nearest), and how many more there were;
+        nothing when the index fails (fail open: an explanation is never worth a failed run)."""
+        try:
+            index = self._explain_index()
+            if index is None:
+                return [], 0
+            return misses.nearest(index, name, parts, exclude=exclude, limit=limit, everything=everything,
+                                  header_of=self.entry_header)
+        except (IndexBusyError, IndexCorruptError) as exc:
+            self._index_failed("finding the entries nearest a miss", exc)
+        except STORAGE_ERRORS as exc:
+            warn_once("index", f"graphcache: could not read the index in {self.cache_dir}: {exc}")
+        return [], 0
+
+    def version_description(self, version: str) -> dict[str, Any] | None:
+        """What the index's manifest says about a compiler version (None: unknown, or no index)."""
+        try:
+            index = self._explain_index()
+            found = index.versions().get(version) if index is not None else None
+        except (IndexBusyError, IndexCorruptError, *STORAGE_ERRORS):
+            return None
+        return found[0] if found is not None else None
+
+    def record_miss(self, miss: misses.Miss) -> None:
+        """Add ``miss`` to the index's bounded table of recent misses (best effort, like the counters)."""
+        if self.index is None or self.read_only:
+            return
+        try:
+            misses.record(self.index, miss)
+        except (IndexBusyError, IndexCorruptError) as exc:
+            self._index_failed("recording a miss", exc)
+        except STORAGE_ERRORS as exc:
+            warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
 
     def start_write(self, func: Callable[..., Any], *args: Any, lock: Any) -> None:
         """Run ``func(*args)`` (an entry write) in the background, then release ``lock`` (background.py)."""

@@ -34,6 +34,7 @@ ENV_REMOTE_TIMEOUT = "GRAPHCACHE_REMOTE_TIMEOUT"
 ENV_REMOTE_RETRY_AFTER = "GRAPHCACHE_REMOTE_RETRY_AFTER"
 ENV_FUNCTIONS = "GRAPHCACHE_FUNCTIONS"  # TF2 functions' optimized graphs (functions/)
 ENV_XLA = "GRAPHCACHE_XLA"  # TensorFlow's XLA executables (xla/)
+ENV_EXPLAIN = "GRAPHCACHE_EXPLAIN"  # log every miss's explanation as a warning (graphcache/explain/)
 ENV_INSTALL = "GRAPHCACHE_INSTALL"  # install() in processes started by `graphcache run` (adoption.py)
 ENV_ACCELERATE = "GRAPHCACHE_ACCELERATE_TRAIN_MODE"  # the accelerate_train_mode those processes get
 
@@ -65,6 +66,15 @@ def resolve_flag(explicit: bool | None, env_name: str, default: bool = False) ->
         return bool(explicit)
     from_env = env_flag(env_name)
     return default if from_env is None else from_env
+
+
+def explain_misses() -> bool:
+    """``GRAPHCACHE_EXPLAIN=1``: explain every miss in a warning-level log line (a value that does not
+    parse counts as on: whoever set it wants explanations)."""
+    try:
+        return bool(env_flag(ENV_EXPLAIN))
+    except ValueError:
+        return True
 
 
 def disabled() -> bool:
