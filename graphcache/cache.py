@@ -22,7 +22,7 @@ from typing import Any
 import filelock
 from tensorflow.core.framework import graph_pb2
 
-from . import graphs, identity, importing, keys, safety
+from . import graphs, identity, importing, keys, safety, validation
 from . import xla as _xla
 from .compiled import CompiledGraph
 from .compilers import Compiler, GrapplerCompiler
@@ -188,7 +188,7 @@ class GraphCache(EntryService):
                      ) -> tuple[graph_pb2.GraphDef | None, bytes, float]:
         """Validate and compile: (the GraphDef when it had to be parsed, its bytes, seconds)."""
         start = time.perf_counter()
-        tf_graph = source.tf_graph if source.tf_graph is not None else graphs.validate(source.graph_def, signature)
+        tf_graph = source.tf_graph if source.tf_graph is not None else validation.validate(source.graph_def, signature)
         data = self.compiler.compile_serialized(source.graph_def, tf_graph, signature, options)
         graph_def = None
         if importing.library_bytes(data):  # library functions get content-derived names (keys.py)
