@@ -287,16 +287,23 @@ def bench(model: str, runs: int, log: Callable[[str], None] = print) -> dict[str
     return {"model": model, "cold": summarize(rows["cold"]), "miss": summarize(rows["miss"]), "raw": rows}
 
 
-def format_result(result: dict[str, Any]) -> str:
-    def text(rows: list[list[str]]) -> str:
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths,
-                                                                                                     strict=True)))
-                         for r in rows)
+def _text(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths,
+                                                                                                 strict=True)))
+                     for r in rows)
 
-    return (f"{result['model']}: where cold's and the miss's seconds go (medians of {result['cold']['runs']})\n"
-            + text(table_rows(result["cold"], result["miss"])) + "\n\n"
-            + text(pass_rows(result["cold"], result["miss"])))
+
+def format_breakdown(breakdown: dict[str, Any]) -> str:
+    """The step tables of ``{"cold": summary, "miss": summary}`` as text."""
+    cold, miss = breakdown["cold"], breakdown["miss"]
+    return (f"where cold's and the miss's seconds go (cold_parts / miss_parts children, medians of {cold['runs']})\n"
+            + _text([[c.replace("**", "") for c in row] for row in table_rows(cold, miss)]) + "\n\n"
+            + _text(pass_rows(cold, miss)))
+
+
+def format_result(result: dict[str, Any]) -> str:
+    return f"{result['model']}: " + format_breakdown(result)
 
 
 def main(argv: list[str] | None = None) -> int:
