@@ -26,7 +26,7 @@ from . import graphs, identity, importing, keys, safety, validation
 from . import xla as _xla
 from .compiled import CompiledGraph
 from .compilers import Compiler, GrapplerCompiler
-from .core import codec, kinds
+from .core import codec, kinds, priority
 from .core.failures import STORAGE_ERRORS
 from .core.keyparts import version_id
 from .core.service import EntryService
@@ -175,7 +175,8 @@ class GraphCache(EntryService):
                 if len(data) >= BACKGROUND_WRITE_BYTES and not self.strict:
                     # Write while the caller imports and runs the graph; the lock goes with the write,
                     # so other processes wait for the entry instead of compiling it again.
-                    self.start_write(self._save, fp, data, seconds, signature, label, lock=lock)
+                    self.start_write(priority.in_background(self._save), fp, data, seconds, signature, label,
+                                     lock=lock)
                     lock = None
                 else:
                     self._save(fp, data, seconds, signature, label)

@@ -9,10 +9,10 @@ the first answer: 5 s of CPU for ResNet50 that the first call no longer waits fo
   starts it too, and so does the exit drain for a build still waiting there (stage ``functions``, before
   ``writes`` joins it), so a process that never made the call still leaves the entry behind. A build whose
   owner was dropped unstarted never runs.
-- **Where**: in the cache's background writes (``GraphCache.start_write``), so ``flush()``, the management
-  calls (``stats``, ``entries``, ``purge``...), ``close()`` and the exit drain (core/exits.py, stage
-  ``writes``) all wait for it like for any pending write: a process that got its answer and exits still
-  leaves the entry behind.
+- **Where**: in the cache's background writes (``GraphCache.start_write``), at a lower CPU priority than
+  the caller's threads (core/priority.py), so ``flush()``, the management calls (``stats``, ``entries``,
+  ``purge``...), ``close()`` and the exit drain (core/exits.py, stage ``writes``) all wait for it like
+  for any pending write: a process that got its answer and exits still leaves the entry behind.
 - **Single flight**: in a process, one build per (cache dir, key): ``find`` gives the pending one, so a
   second load of the same SavedModel waits for it instead of loading again. Across processes it is the
   compile's own lock (cache.py), as for any miss.
@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from .core import exits
+from .core import exits, priority
 from .core.failures import warn_once
 from .errors import GraphCacheError
 
@@ -73,7 +73,7 @@ class DeferredBuild(Generic[T]):
             if self._started:
                 return
             self._started = True
-        self.cache.start_write(self._run, lock=_NoLock())
+        self.cache.start_write(priority.in_background(self._run), lock=_NoLock())
 
     @property
     def started(self) -> bool:

@@ -6,9 +6,10 @@ error. So a miss imports the graph once before compiling it, and that import als
 static shapes of the feeds and fetches that Grappler's signature needs (compilers/grappler.py).
 
 That import used to be ``tf.graph_util.import_graph_def``. Its Python half (an ``Operation`` object per
-node, device functions, colocation bookkeeping) was 80% of its cost and learns nothing a check needs:
-measured on the benchmark models (CPU s, one process each): ResNet50 0.124 -> 0.012, MobileNetV2
-0.057 -> 0.010, BERT-base 0.278 -> 0.011 (``benchmarks/cold_warm.py``, the ``miss_parts`` child).
+node, device functions, colocation bookkeeping) was 80% of its cost and learns nothing a check needs.
+Measured, CPU seconds of the first validation in a fresh process, old -> new: ResNet50 0.124 -> 0.021,
+MobileNetV2 0.057 -> 0.012, BERT-base 0.278 -> 0.022 (``benchmarks/miss_parts.py`` times it on every
+miss as its "validation" row).
 ``validate`` now calls TensorFlow's C importer directly (``TF_GraphImportGraphDefWithResults``, with the
 options ``import_graph_def`` sets), asks it for the signature's tensors as return outputs, and wraps
 only their ops in Python to read dtype and shape. Where this TensorFlow lacks one of those pieces, it

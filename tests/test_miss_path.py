@@ -9,6 +9,10 @@ protobuf's deterministic serialization.
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -17,6 +21,7 @@ from tensorflow.core.framework import graph_pb2
 from graphcache import InvalidGraphError, graphs, models, validation
 from graphcache.compiled import runtime_config
 from graphcache.compilers import GrapplerCompiler
+from graphcache.core import priority
 
 from .helpers import CONTROL_FLOW_MODEL
 
@@ -125,3 +130,17 @@ def test_validation_rejects_what_would_abort_grappler(mlp):
     with pytest.raises(InvalidGraphError, match="is not a tensor of the graph"):
         validation.validate(mlp.graph_def, graphs.Signature.create([mlp.fetches[0].split(":")[0] + ":3"],
                                                                    mlp.feeds))
+
+
+def test_background_threads_run_below_the_callers_priority():
+    """core/priority.py: a background write or build lowers its own thread's priority, not the caller's."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("nice is per thread on Linux only")
+    caller = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    seen = []
+    worker = threading.Thread(target=priority.in_background(
+        lambda: seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))))
+    worker.start()
+    worker.join()
+    assert seen == [min(19, caller + priority.NICE_STEP)]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == caller  # the caller is untouched

@@ -84,3 +84,4 @@ def test_the_fallback_reads_the_same(tmp_path, monkeypatch):
     native = store.read_parts(KEY)
     monkeypatch.setattr(fileread, "_NATIVE", None)  # not CPython / not Linux: os.pread only
     assert store.read_parts(KEY) == native
+
