@@ -321,6 +321,7 @@ def _prepare(cache: Any, compiled: Any, graph_def: Any, files: common.ModelFiles
     from graphcache.compiled import runtime_config
     from graphcache.core import codec
 
+    cache.wait_for_writes()  # a big entry is written in the background
     entry = cache.store.read(compiled.key)
     if entry is None:
         raise RuntimeError(f"the compile did not write an entry to {cache.cache_dir}")
