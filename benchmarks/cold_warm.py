@@ -20,6 +20,8 @@ The timer then covers:
   Signature.create, GraphView, keys.compute, store read, codec.decode_parts, the op-type scan, the safety
   check, import, session, run), in its own fresh process, so each step has its own timer (the real
   ``warm`` child times only the public API's calls).
+- ``cold_parts`` and ``miss_parts`` (miss_parts.py): cold and the miss step by step, wall and CPU, with
+  Grappler's own pass timers in both: where each of their seconds goes.
 
 Rounds interleave the variants (rotating their order) so that drift on a noisy machine hits each alike;
 the first round's miss runs on the (empty) warm cache dir and so fills it. After its measurement that
@@ -41,15 +43,18 @@ from pathlib import Path
 from typing import Any
 
 import common
+import miss_parts
 
 VARIANTS = ("cold", "warm", "floor", "miss")
 # Round i runs these rotated by i. Round 0 starts with the miss that primes the warm cache dir.
 ROUND_ORDER = ("miss", "cold", "warm", "parts", "floor")
+PARTS_VARIANTS = ("cold_parts", "miss_parts")  # the step-by-step explanation of cold and the miss (miss_parts.py)
 WARM_FLOOR_GOAL = 1.15
 MISS_COLD_GOAL = 1.10
 FINGERPRINT_REPEATS = 5
 DISPLAY = {"mlp": "MLP", "cnn": "CNN", "resnet50": "ResNet50", "mobilenetv2": "MobileNetV2",
-           "inceptionv3": "InceptionV3", "bert": "BERT-base"}
+           "inceptionv3": "InceptionV3", "efficientnetb0": "EfficientNetB0", "densenet121": "DenseNet121",
+           "bert": "BERT-base"}
 # Steps of the hit path as the parts child times them: (field, label).
 HIT_STEPS = (
     ("open", "open cache (GraphCache(): index, version)"),
@@ -316,6 +321,7 @@ def _prepare(cache: Any, compiled: Any, graph_def: Any, files: common.ModelFiles
     from graphcache.compiled import runtime_config
     from graphcache.core import codec
 
+    cache.wait_for_writes()  # a big entry is written in the background
     entry = cache.store.read(compiled.key)
     if entry is None:
         raise RuntimeError(f"the compile did not write an entry to {cache.cache_dir}")
@@ -379,14 +385,18 @@ def bench_model(model: str, runs: int, log: Callable[[str], None] = _log, *, par
     optimized_path = work / "optimized.pb"
     env = _env()
 
-    order = tuple(v for v in ROUND_ORDER if parts or v != "parts")
+    order = tuple(v for v in ROUND_ORDER if parts or v != "parts") + (PARTS_VARIANTS if parts else ())
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in order}
     prepare: dict[str, Any] = {}
     for index in range(runs):
         shift = index % len(order)
         for variant in order[shift:] + order[:shift]:
             miss_dir = work / f"miss-{index}"
-            if variant == "cold":
+            if variant == "cold_parts":
+                row = miss_parts.run_cold(model)
+            elif variant == "miss_parts":
+                row = miss_parts.run_miss(model, work)
+            elif variant == "cold":
                 row = common.run_function("cold_warm", "child_cold", env=env, model=model)
             elif variant == "floor":
                 row = common.run_function("cold_warm", "child_floor", env=env, model=model,
@@ -412,8 +422,10 @@ def bench_model(model: str, runs: int, log: Callable[[str], None] = _log, *, par
             results[variant].append(row)
             log(f"[{model} round {index + 1}/{runs}] {variant:<5} {row['total']:.3f}s")
 
+    breakdown = {"cold": miss_parts.summarize(results.pop("cold_parts")),
+                 "miss": miss_parts.summarize(results.pop("miss_parts"))} if parts else None
     med = {variant: common.medians(rows) for variant, rows in results.items()}
-    total = {variant: med[variant].get("total") for variant in order}
+    total = {variant: med[variant].get("total") for variant in order if variant in med}
     best = {variant: min(row["total"] for row in rows) for variant, rows in results.items()}
     cpu = {variant: common.median(row["cpu_user"] + row["cpu_sys"] for row in rows) for variant, rows in results.items()}
     reference = med["cold"].get("out_abs_sum") or 1.0
@@ -450,6 +462,7 @@ def bench_model(model: str, runs: int, log: Callable[[str], None] = _log, *, par
         },
         "output_relative_drift": output_drift,
         "graphcache_leaked_into": leaked,
+        "breakdown": breakdown,
     }
 
 
@@ -544,6 +557,8 @@ def format_model(result: dict[str, Any]) -> str:
             for v in VARIANTS),
         f"outputs agree across variants: max relative drift of the output sum {result['output_relative_drift']:.1e}",
     ]
+    if result.get("breakdown"):
+        lines += ["", miss_parts.format_breakdown(result["breakdown"])]
     return "\n".join(lines)
 
 

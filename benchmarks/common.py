@@ -34,7 +34,7 @@ WORK_DIR = BENCH_DIR / "_work"  # git-ignored
 models_dir = WORK_DIR / "models"
 
 DEFAULT_CHILD_TIMEOUT = 1800.0  # seconds: freezing or compiling BERT on 2 cores takes minutes
-MODEL_NAMES = ("mlp", "cnn", "resnet50", "mobilenetv2", "inceptionv3", "bert")
+MODEL_NAMES = ("mlp", "cnn", "resnet50", "mobilenetv2", "inceptionv3", "efficientnetb0", "densenet121", "bert")
 
 # Run a function of a benchmarks/ module in the child: argv = [module, function, json kwargs].
 # Two savings of wall time, both outside anything measured (dozens of processes per benchmark on 2 cores):

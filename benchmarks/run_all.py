@@ -15,9 +15,10 @@ Sections (each a module of benchmarks/, each figure a median of several runs, co
 8. ``accelerate``: accelerate_train_mode step times (accelerate_train.py, as a script).
 9. ``saved_model``: SavedModel cold start, TensorFlow's load vs graphcache.load_saved_model (full run only).
 
-- default (``make bench``, ~20 min on 2 cores): ResNet50, MobileNetV2, InceptionV3 (5 fresh processes per
-  variant) and BERT-base (3), with the step-by-step ``parts`` processes; the TF1 graph (5); zstd on the
-  four models; concurrency on ResNet50 (3 rounds); xla_bench's default run; accelerate_train's default
+- default (``make bench``, ~25 min on 2 cores): ResNet50, MobileNetV2, InceptionV3, EfficientNetB0,
+  DenseNet121 (5 fresh processes per variant) and BERT-base (3), with the step-by-step ``parts``,
+  ``cold_parts`` and ``miss_parts`` processes; the TF1 graph (5); zstd on the six models; concurrency
+  on ResNet50 (3 rounds); xla_bench's default run; accelerate_train's default
   run (600 steps); saved_model_bench (5 rounds).
   Writes ``benchmarks/RESULTS.md``, the raw ``benchmarks/RESULTS.json`` and the plots
   ``benchmarks/cold_warm.png``, ``benchmarks/zstd.png`` and ``benchmarks/concurrency.png``.
@@ -47,6 +48,7 @@ import cold_warm
 import common
 import concurrency
 import entry_size
+import miss_parts
 import store_vs_diskcache
 import tf1_train
 
@@ -77,7 +79,7 @@ class Plan:
     sections: tuple[str, ...] = field(default=SECTIONS)
 
 
-FULL = Plan(models=("resnet50", "mobilenetv2", "inceptionv3", "bert"), runs=5, bert_runs=3, parts=True, tf1_runs=5,
+FULL = Plan(models=("resnet50", "mobilenetv2", "inceptionv3", "efficientnetb0", "densenet121", "bert"), runs=5, bert_runs=3, parts=True, tf1_runs=5,
             zstd_repeats=5, zstd_bert_repeats=3, store_repeats=7, concurrency_model="resnet50",
             concurrency_procs=8, concurrency_rounds=3, xla_args=())
 QUICK = Plan(models=("resnet50",), runs=3, bert_runs=3, parts=False, tf1_runs=3, zstd_repeats=3, zstd_bert_repeats=3,
@@ -440,6 +442,7 @@ def write_markdown(report: dict[str, Any], path: Path, json_path: Path, charts: 
             _md_table(miss),
             "",
         ]
+    text += _markdown_breakdown(report)
     fingerprints = fingerprint_rows(report)
     if fingerprints:
         text += [
@@ -467,6 +470,31 @@ def write_markdown(report: dict[str, Any], path: Path, json_path: Path, charts: 
     text += [f"Raw results (every process's timings): `{json_path.relative_to(common.REPO_ROOT)}`"
              if json_path.is_relative_to(common.REPO_ROOT) else f"Raw results: `{json_path}`", ""]
     path.write_text("\n".join(text))
+
+
+def _markdown_breakdown(report: dict[str, Any]) -> list[str]:
+    """Per model: where cold's and the miss's seconds go, step by step, wall and CPU (miss_parts.py)."""
+    results = {m: r for m, r in report["sections"].get("cold_warm", {}).get("models", {}).items()
+               if r.get("breakdown")}
+    if not results:
+        return []
+    runs = "/".join(str(n) for n in sorted({r["breakdown"]["cold"]["runs"] for r in results.values()}))
+    text = [
+        "## Where cold's and the miss's seconds go",
+        "",
+        f"Fresh `cold_parts` and `miss_parts` processes (benchmarks/miss_parts.py; medians of {runs}, "
+        "interleaved with the rounds above): plain TensorFlow's cold start and graphcache's miss, step by step, "
+        "wall and CPU time (user + system, all threads: a background write shows up in the step it overlaps). "
+        "Grappler's passes are TensorFlow's own timers (`TF_CPP_VMODULE=meta_optimizer=1`), inside cold's first "
+        "run and inside graphcache's offline call: the same passes, the same work. Each cell is that step's "
+        "median, so a column need not add up exactly.",
+        "",
+    ]
+    for model, result in results.items():
+        cold, miss = result["breakdown"]["cold"], result["breakdown"]["miss"]
+        text += [f"**{_name(model)}**", "", _md_table(miss_parts.table_rows(cold, miss)), "",
+                 _md_table(miss_parts.pass_rows(cold, miss)), ""]
+    return text
 
 
 def _markdown_zstd(report: dict[str, Any], charts: dict[str, Path]) -> list[str]:
@@ -527,8 +555,9 @@ def _markdown_stores(report: dict[str, Any]) -> list[str]:
         f"diskcache {data['diskcache_version']}; both stores in one temp folder under `benchmarks/_work` "
         f"({data['filesystem']}), one fresh process, random (incompressible) blobs, a new key per put, read back "
         f"at once and deleted; medians of {data['repeats']}, the two stores alternating. graphcache: put = "
-        "`codec.encode` + `LocalStore.write` (temp file, fsync, atomic rename), get = `LocalStore.read` + "
-        "`codec.decode` (checksums); no index row (GraphCache adds one). diskcache: `Cache.set`/`Cache.get` of "
+        "`codec.encode` + `LocalStore.write` (temp file, fsync, atomic rename), get = what a hit reads: "
+        "`LocalStore.read_parts` (the payload read into its own `bytes`, store/fileread.py) + `codec.decode_parts` "
+        "(checksums; the payload handed on uncopied); no index row (GraphCache adds one). diskcache: `Cache.set`/`Cache.get` of "
         "the bytes (a file per value over 32 kB plus a SQLite row; no fsync).",
         "",
         _md_table(store_vs_diskcache.table_rows(data)),

@@ -1,8 +1,10 @@
 """The store alone vs diskcache: put and get of 1 MB and 100 MB blobs.
 
 - graphcache put: ``codec.encode`` (sampling, checksums, header; incompressible bytes are stored raw) +
-  ``LocalStore.write`` (temp file, write, fsync, atomic rename); get: ``LocalStore.read`` + ``codec.decode``
-  (prefix, header and payload checksums). No index row: the SQLite index is GraphCache's, not the store's.
+  ``LocalStore.write`` (temp file, write, fsync, atomic rename); get: what a hit reads, ``LocalStore.read_parts``
+  (prefix + header, then the payload into a ``bytes`` of its own: store/fileread.py) + ``codec.decode_parts``
+  (prefix, header and payload checksums; the payload is handed on without a copy). No index row: the
+  SQLite index is GraphCache's, not the store's.
 - diskcache put: ``Cache.set(key, bytes)`` (values over 32 kB go to their own file; SQLite row, WAL with
   synchronous=NORMAL, no fsync of the file); get: ``Cache.get(key)``.
 
@@ -74,11 +76,11 @@ def child_compare(directory: str, sizes: list[int], repeats: int) -> dict[str, A
                     store.write(key, data)
                     t2 = time.perf_counter()
                     del data
-                    stored = store.read(key)
+                    parts = store.read_parts(key)
                     t3 = time.perf_counter()
-                    _, got = codec.decode(stored, key)
+                    _, got = codec.decode_parts(*parts, key)
                     t4 = time.perf_counter()
-                    del stored
+                    del parts
                     t["encode"].append(t1 - t0)
                     t["write"].append(t2 - t1)
                     t["read"].append(t3 - t2)

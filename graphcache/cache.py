@@ -22,11 +22,11 @@ from typing import Any
 import filelock
 from tensorflow.core.framework import graph_pb2
 
-from . import graphs, identity, importing, keys, safety
+from . import graphs, identity, importing, keys, safety, validation
 from . import xla as _xla
 from .compiled import CompiledGraph
 from .compilers import Compiler, GrapplerCompiler
-from .core import codec, kinds
+from .core import codec, kinds, priority
 from .core.failures import STORAGE_ERRORS
 from .core.keyparts import version_id
 from .core.service import EntryService
@@ -181,7 +181,8 @@ class GraphCache(EntryService):
                 if len(data) >= BACKGROUND_WRITE_BYTES and not self.strict:
                     # Write while the caller imports and runs the graph; the lock goes with the write,
                     # so other processes wait for the entry instead of compiling it again.
-                    self.start_write(self._save, fp, data, seconds, signature, label, lock=lock)
+                    self.start_write(priority.in_background(self._save), fp, data, seconds, signature, label,
+                                     lock=lock)
                     lock = None
                 else:
                     self._save(fp, data, seconds, signature, label)
@@ -194,7 +195,7 @@ class GraphCache(EntryService):
                      ) -> tuple[graph_pb2.GraphDef | None, bytes, float]:
         """Validate and compile: (the GraphDef when it had to be parsed, its bytes, seconds)."""
         start = time.perf_counter()
-        tf_graph = source.tf_graph if source.tf_graph is not None else graphs.validate(source.graph_def, signature)
+        tf_graph = source.tf_graph if source.tf_graph is not None else validation.validate(source.graph_def, signature)
         data = self.compiler.compile_serialized(source.graph_def, tf_graph, signature, options)
         graph_def = None
         if importing.library_bytes(data):  # library functions get content-derived names (keys.py)

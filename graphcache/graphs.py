@@ -218,6 +218,8 @@ class GraphView:
         return sorted(seen)
 
     def _functions_used(self, nodes: Iterable[node_def_pb2.NodeDef]) -> list[str]:
+        if not self.functions:  # only library functions are returned: without a library, there are none
+            return []  # (and walking every attribute of a frozen CNN costs ~10 ms)
         seen: set[str] = set()
         stack = [ref for node in nodes for ref in node_func_refs(node, self.functions)]
         while stack:
@@ -258,49 +260,6 @@ class GraphView:
         ]
         if offending:
             raise UnsupportedGraphError(unsupported_message(offending), offending)
-
-
-_LIGHT_TENSOR = 1024  # constants larger than this are stubbed (dtype and shape kept) for validation
-
-
-def _light_copy(graph_def: graph_pb2.GraphDef) -> graph_pb2.GraphDef:
-    """The graph with big constants' contents left out: import validates wiring, ops, attributes and
-    shapes (a Const's shape comes from its TensorProto's shape, not its bytes) without copying weights."""
-    light = graph_pb2.GraphDef()
-    light.versions.CopyFrom(graph_def.versions)
-    light.library.CopyFrom(graph_def.library)
-    for node in graph_def.node:
-        if node.op == "Const" and node.attr["value"].tensor.ByteSize() > _LIGHT_TENSOR:
-            stub = light.node.add(name=node.name, op=node.op, device=node.device, input=node.input)
-            for key, value in node.attr.items():
-                if key != "value":
-                    stub.attr[key].CopyFrom(value)
-            tensor = node.attr["value"].tensor
-            stub.attr["value"].tensor.dtype = tensor.dtype
-            stub.attr["value"].tensor.tensor_shape.CopyFrom(tensor.tensor_shape)
-        else:
-            light.node.add().CopyFrom(node)
-    return light
-
-
-def validate(graph_def: graph_pb2.GraphDef, signature: Signature):
-    """Import the graph into a fresh tf.Graph and check the signature's tensors: what would abort
-    Grappler in native code fails here as InvalidGraphError. Returns the tf.Graph (for feed dtypes and
-    shapes); its big constants are stubs, so it validates without copying the weights."""
-    import tensorflow as tf
-
-    graph = tf.Graph()
-    try:
-        with graph.as_default():
-            tf.graph_util.import_graph_def(_light_copy(graph_def), name="")
-    except Exception as exc:  # import reports bad graphs as ValueError, TypeError, KeyError, OpError...
-        raise InvalidGraphError(f"the graph does not import into TensorFlow: {exc}") from None
-    for name in (*signature.feeds, *signature.fetches):
-        try:
-            graph.get_tensor_by_name(name)
-        except (KeyError, ValueError) as exc:
-            raise InvalidGraphError(f"{name!r} is not a tensor of the graph: {exc}") from None
-    return graph
 
 
 def unsupported_message(offending: list[tuple[str, str]]) -> str:
@@ -347,16 +306,29 @@ def is_variable_op(op: str) -> bool:
     return op in _VARIABLE_OPS or op.startswith(_VARIABLE_OP_PREFIXES)
 
 
+# Op type -> whether it is stateful resource state (the scan asks per node; graphs have few op types).
+# Unknown op types are not remembered: a library loaded later may register them.
+_RESOURCE_STATE: dict[str, bool] = {}
+
+
 def is_stateful_resource_op(node: node_def_pb2.NodeDef, functions: dict[str, Any]) -> bool:
     op = node.op
     if op in _LEGACY_STATE_OPS or op.endswith(("Dataset", "DatasetV2", "DatasetV3", "DatasetV4")):
         return True
-    if is_variable_op(op) or op in functions:
+    if op in functions:
         return False
-    op_def = _op_def(op)
-    if op_def is None:
-        return False  # an unknown op: validation (import) reports it
-    return any(arg.type == types_pb2.DT_RESOURCE for arg in (*op_def.input_arg, *op_def.output_arg))
+    known = _RESOURCE_STATE.get(op)
+    if known is not None:
+        return known
+    if is_variable_op(op):
+        result = False
+    else:
+        op_def = _op_def(op)
+        if op_def is None:
+            return False  # an unknown op: validation (import) reports it
+        result = any(arg.type == types_pb2.DT_RESOURCE for arg in (*op_def.input_arg, *op_def.output_arg))
+    _RESOURCE_STATE[op] = result
+    return result
 
 
 def unsupported_nodes(graph_def: graph_pb2.GraphDef) -> list[tuple[str, str]]:

@@ -51,9 +51,14 @@ def _keras_model(kind: str):
         return keras.applications.MobileNetV2(weights=None)
     if kind == "inceptionv3":
         return keras.applications.InceptionV3(weights=None)
+    if kind == "efficientnetb0":
+        return keras.applications.EfficientNetB0(weights=None)
+    if kind == "densenet121":
+        return keras.applications.DenseNet121(weights=None)
     if kind == "bert":
         return bert_encoder()
-    raise ValueError(f"unknown model {kind!r}: use mlp, cnn, resnet50, mobilenetv2, inceptionv3 or bert")
+    raise ValueError(f"unknown model {kind!r}: use mlp, cnn, resnet50, mobilenetv2, inceptionv3, "
+                     "efficientnetb0, densenet121 or bert")
 
 
 def bert_encoder(layers: int = 12, hidden: int = 768, heads: int = 12, seq_len: int = 128, vocab: int = 30522):

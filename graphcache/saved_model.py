@@ -3,12 +3,15 @@
     fn = graphcache.load_saved_model("/models/resnet", "serving_default")
     outputs = fn(input_1=images)            # {"predictions": ndarray, ...}
 
-The first time, the SavedModel is loaded, the signature's concrete function is frozen
-(``convert_variables_to_constants_v2``) and compiled through the cache like any graph. Then a small
-**alias** entry (``kind="saved_model"``) is written under a lookup key that TensorFlow never has to
-compute: a hash of the SavedModel's *files* plus the signature key and the compiler identity. The next
-process hashes the files, finds the alias, and goes straight to the compiled graph entry: no SavedModel
-load, no freeze, no fingerprint of the graph, no compile.
+The first time (a miss), the SavedModel is loaded and the calls are answered by TensorFlow's own
+signature function, exactly as without graphcache. Once the first call has returned, a background build
+(deferred.py) freezes the signature's concrete function (``convert_variables_to_constants_v2``),
+compiles it through the cache like any graph and writes a small **alias** entry (``kind="saved_model"``)
+under a lookup key that TensorFlow never has to compute: a hash of the SavedModel's *files* plus the
+signature key and the compiler identity. The build is off the caller's path (ResNet50: 5 s of freeze and
+compile that the first answer no longer waits for) and the process's exit waits for it. The next process
+hashes the files, finds the alias, and goes straight to the compiled graph entry: no SavedModel load, no
+freeze, no fingerprint of the graph, no compile.
 
 Alias key (xxh3-128 over named parts, like graph keys)::
 
@@ -56,15 +59,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import filelock
 import numpy as np
 import xxhash
 from google.protobuf import message as pb_message
 
-from . import safety
+from . import deferred, safety
 from .cache import GraphCache
 from .compiled import CompiledGraph
 from .core import codec, kinds
-from .core.failures import warn_once
+from .core.failures import STORAGE_ERRORS, warn_once
 from .core.keyparts import combine, hash_json, hash_text
 from .errors import GraphCacheError, InvalidGraphError, UnsupportedGraphError
 from .graphs import GraphView, Signature
@@ -75,7 +79,7 @@ log = logging.getLogger("graphcache")
 ALIAS_KIND = kinds.SAVED_MODEL
 ALIAS_FORMAT = 1
 DEFAULT_SIGNATURE = "serving_default"
-_HASH_CHUNK = 8 * 2**20
+_HASH_CHUNK = 2**20
 _ALIAS_PARTS = ("kind", "files", "signature", "identity")
 
 
@@ -106,10 +110,15 @@ def model_files(path: str | os.PathLike[str]) -> list[Path]:
 
 
 def _file_hash(path: Path) -> str:
+    """xxh3-128 of a file's bytes, read into one reused buffer (a chunk hashed while it is still in the CPU's
+    cache: 100 MB of ResNet50 variables in 16 ms instead of 22 ms in fresh 8 MB chunks). Not a memory map:
+    a file truncated while mapped kills the process (SIGBUS), a file truncated while read is an error."""
     hasher = xxhash.xxh3_128()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_HASH_CHUNK):
-            hasher.update(chunk)
+    buffer = bytearray(_HASH_CHUNK)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as fh:
+        while size := fh.readinto(buffer):
+            hasher.update(view[:size])
     return hasher.hexdigest()
 
 
@@ -253,14 +262,8 @@ def freeze_signature(loaded: Any, signature_key: str) -> tuple[Any, Alias]:
     from tensorflow.python.framework import convert_to_constants
     from tensorflow.python.util import nest
 
-    signatures = getattr(loaded, "signatures", {})
-    if signature_key not in signatures:
-        available = ", ".join(sorted(signatures)) or "none"
-        raise SavedModelError(f"the SavedModel has no signature {signature_key!r} (signatures: {available})")
-    function = signatures[signature_key]
-    args, kwargs = function.structured_input_signature
-    if args:
-        raise SavedModelError(f"signature {signature_key!r} takes positional inputs; signatures take names")
+    function = signature_function(loaded, signature_key)
+    _, kwargs = function.structured_input_signature
     frozen = convert_to_constants.convert_variables_to_constants_v2(function)
     input_names = sorted(kwargs)  # a dict flattens in key order, as the function's inputs do
     if len(frozen.inputs) != len(input_names):
@@ -309,10 +312,22 @@ def build(cache: GraphCache, path: Path, signature_key: str, loaded: Any, *, key
     alias = dataclasses.replace(alias, target=compiled.key, signature=compiled.signature)
     stored = False
     if compiled.key and not cache.disabled and not cache.read_only:
-        cache.wait_for_writes()  # the alias may only point at an entry that is stored
-        stored = cache.store.stat(compiled.key) is not None and write_alias(cache, key, parts, alias, path,
-                                                                            freeze_seconds)
+        # the alias may only point at an entry that is stored
+        stored = _entry_stored(cache, compiled.key) and write_alias(cache, key, parts, alias, path, freeze_seconds)
     return Prepared(key, alias, compiled, False, compiled.hit, stored)
+
+
+def _entry_stored(cache: GraphCache, key: str) -> bool:
+    """Whether ``key``'s entry is stored, once a background write of it has finished. That write holds the
+    key's compile lock until the entry is stored (cache.py), so taking the lock waits for exactly that
+    write, from any thread (``wait_for_writes`` would wait for every write, a deferred build included)."""
+    if cache.store.stat(key) is None:
+        try:
+            with cache.store.lock_for(key, cache.lock_timeout):
+                pass
+        except (filelock.Timeout, *STORAGE_ERRORS):
+            return False
+    return cache.store.stat(key) is not None
 
 
 def lookup(cache: GraphCache, key: str, *, load_graph: bool, source: Path | None = None) -> Prepared | None:
@@ -363,38 +378,65 @@ def _as_array(value: Any) -> Any:
 
 
 class SavedModelFunction:
-    """A SavedModel signature served from its cached compiled graph (a tf.compat.v1.Session, optimizers off).
+    """A SavedModel signature, served from its cached compiled graph (a tf.compat.v1.Session, optimizers off)
+    or, where this process loaded the SavedModel (a miss, or a graph that cannot be cached), by TensorFlow's
+    own loaded signature function.
 
     Call it with the signature's inputs by name (numpy arrays, tensors or lists); it returns a dict of the
     signature's outputs by name (numpy arrays). Thread-safe. ``hit`` says the SavedModel was never loaded.
+    On a miss the entry later processes hit is built in the background once the first call has returned
+    (deferred.py); ``key`` and ``wait()`` wait for that build.
     """
 
     def __init__(self, path: Path, signature_key: str, *, alias: Alias | None, compiled: CompiledGraph | None,
                  alias_key: str = "", alias_hit: bool = False, config: Any = None, fallback: Any = None,
-                 loaded: Any = None) -> None:
+                 loaded: Any = None, build: deferred.DeferredBuild[Prepared] | None = None) -> None:
         self.path = path
         self.signature_key = signature_key
         self.alias_key = alias_key
         self.hit = alias_hit
-        self.compiled = compiled
+        self._compiled = compiled
         self._alias = alias
-        self._fallback = fallback  # the loaded signature function, when the graph could not be cached
+        self._fallback = fallback  # the loaded signature function: a miss, or a graph that cannot be cached
         self._loaded = loaded  # keeps the fallback's variables alive
+        self._build = build  # a miss: the entry for later processes, built after the first call
         self._lock = threading.Lock()
         self._session = compiled.session(config) if compiled is not None else None
 
     @property
+    def compiled(self) -> CompiledGraph | None:
+        """The compiled graph this function runs (None when TensorFlow's loaded SavedModel serves it)."""
+        return self._compiled
+
+    @property
     def key(self) -> str:
-        """The compiled graph's cache key ('' when it was not cached)."""
-        return self.compiled.key if self.compiled is not None else ""
+        """The compiled graph's cache key ('' when it was not cached). On a miss it is known once the
+        background build has compiled it: reading it starts that build if needed and waits for it."""
+        if self._compiled is not None:
+            return self._compiled.key
+        if self._build is None:
+            return ""
+        self._build.wait()
+        prepared = self._build.result
+        return prepared.alias.target if prepared is not None and prepared.stored else ""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """On a miss, start the background build if the first call has not yet, and wait for it (at most
+        ``timeout`` seconds): True once nothing is pending, so a later process finds the entry."""
+        return self._build is None or self._build.wait(timeout)
 
     @property
     def inputs(self) -> dict[str, dict[str, Any]]:
-        return dict(self._alias.inputs) if self._alias is not None else {}
+        """name -> {"tensor", "dtype", "shape"}; served by TensorFlow, "tensor" names its function's input."""
+        if self._alias is not None:
+            return dict(self._alias.inputs)
+        return signature_tables(self._fallback)[0] if self._fallback is not None else {}
 
     @property
     def outputs(self) -> dict[str, dict[str, Any]]:
-        return dict(self._alias.outputs) if self._alias is not None else {}
+        if self._alias is not None:
+            return dict(self._alias.outputs)
+        return signature_tables(self._fallback)[1] if self._fallback is not None else {}
 
     def __call__(self, *args: Mapping[str, Any], **kwargs: Any) -> dict[str, np.ndarray]:
         if len(args) > 1 or (args and not isinstance(args[0], Mapping)):
@@ -402,7 +444,10 @@ class SavedModelFunction:
         given = {**(dict(args[0]) if args else {}), **kwargs}
         if self._fallback is not None:
             result = self._fallback(**given)
-            return {name: _as_array(value) for name, value in result.items()}
+            answer = {name: _as_array(value) for name, value in result.items()}
+            if self._build is not None and not self._build.started:
+                self._build.start()  # the first answer is out: build the entry for the next process now
+            return answer
         assert self._alias is not None and self._session is not None
         expected = self._alias.inputs
         missing = sorted(set(expected) - set(given))
@@ -417,6 +462,7 @@ class SavedModelFunction:
         return self._session.run(fetch, feed)
 
     def close(self) -> None:
+        """Close the session (a background build still running finishes: the entry is for later processes)."""
         with self._lock:
             if self._session is not None:
                 self._session.close()
@@ -429,8 +475,34 @@ class SavedModelFunction:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"SavedModelFunction({str(self.path)!r}, {self.signature_key!r}, key={self.key!r}, "
-                f"hit={self.hit})")
+        key = self._compiled.key if self._compiled is not None else "(building)" if self._build else ""
+        return f"SavedModelFunction({str(self.path)!r}, {self.signature_key!r}, key={key!r}, hit={self.hit})"
+
+
+def signature_function(loaded: Any, signature_key: str) -> Any:
+    """``loaded.signatures[signature_key]``, checked: SavedModelError when there is no such signature or it
+    takes positional inputs (signatures take names)."""
+    signatures = getattr(loaded, "signatures", {})
+    if signature_key not in signatures:
+        available = ", ".join(sorted(signatures)) or "none"
+        raise SavedModelError(f"the SavedModel has no signature {signature_key!r} (signatures: {available})")
+    function = signatures[signature_key]
+    args, _ = function.structured_input_signature
+    if args:
+        raise SavedModelError(f"signature {signature_key!r} takes positional inputs; signatures take names")
+    return function
+
+
+def signature_tables(function: Any) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """(inputs, outputs) of a loaded signature function as Alias tables, without freezing it."""
+    from tensorflow.python.util import nest
+
+    _, kwargs = function.structured_input_signature
+    names = sorted(kwargs)
+    inputs = {name: _tensor_info(kwargs[name], tensor) for name, tensor in zip(names, function.inputs, strict=False)}
+    flat = nest.flatten_with_joined_string_paths(function.structured_outputs)
+    outputs = {name: _tensor_info(spec, tensor) for (name, spec), tensor in zip(flat, function.outputs, strict=False)}
+    return inputs, outputs
 
 
 def load_saved_model(path: str | os.PathLike[str], signature_key: str = DEFAULT_SIGNATURE,
@@ -438,9 +510,13 @@ def load_saved_model(path: str | os.PathLike[str], signature_key: str = DEFAULT_
     """Serve one SavedModel signature from the cache (see the module docstring).
 
     On a hit (an alias for these files, this signature and this compiler identity, whose graph entry is
-    present) the SavedModel is neither loaded nor frozen. On a miss it is loaded, frozen, compiled through
-    the cache and the alias written. A signature that cannot be cached (resource state such as tables)
-    runs through the loaded SavedModel itself, with one warning. ``config``: a ConfigProto for the session.
+    present) the SavedModel is neither loaded nor frozen. On a miss it is loaded and served by TensorFlow's
+    own signature function, exactly as without graphcache; once the first call has returned, the entry is
+    built in the background (frozen, compiled through the cache, the alias written: deferred.py) for later
+    processes, and the exit waits for it. A signature that cannot be cached (resource state such as
+    tables) keeps running through the loaded SavedModel, with one warning. A strict cache builds before
+    answering (its errors must reach the caller); a disabled or read-only one never builds.
+    ``config``: a ConfigProto for the session a hit runs in.
     """
     path = Path(path).expanduser()
     _check_dir(path)
@@ -449,6 +525,10 @@ def load_saved_model(path: str | os.PathLike[str], signature_key: str = DEFAULT_
     if not cache.disabled:
         key, parts = alias_key(cache, path, signature_key)
         hit = lookup(cache, key, load_graph=True, source=path)
+        pending = deferred.find(cache, key) if hit is None else None
+        if pending is not None:  # this process is building it already: wait, rather than load it again
+            pending.wait()
+            hit = lookup(cache, key, load_graph=True, source=path)
         if hit is not None:
             log.info("graphcache SavedModel hit %s[%s] alias=%s key=%s", path, signature_key, key,
                      hit.alias.target)
@@ -457,15 +537,40 @@ def load_saved_model(path: str | os.PathLike[str], signature_key: str = DEFAULT_
     start = time.perf_counter()
     loaded = load_model(path)
     load_seconds = time.perf_counter() - start
+    function = signature_function(loaded, signature_key)
+    if cache.strict:
+        try:
+            prepared = build(cache, path, signature_key, loaded, key=key, parts=parts, load_seconds=load_seconds)
+        except UnsupportedGraphError as exc:
+            _warn_uncacheable(path, signature_key, exc)
+            return SavedModelFunction(path, signature_key, alias=None, compiled=None, alias_key=key,
+                                      fallback=function, loaded=loaded)
+        return SavedModelFunction(path, signature_key, alias=prepared.alias, compiled=prepared.compiled,
+                                  alias_key=key, config=config)
+    pending_build = None
+    if key and not cache.read_only:
+        pending_build = deferred.DeferredBuild(
+            cache, key, lambda: _build_later(cache, path, signature_key, loaded, key, parts, load_seconds),
+            f"SavedModel {str(path)!r} signature {signature_key!r}")
+    return SavedModelFunction(path, signature_key, alias=None, compiled=None, alias_key=key, fallback=function,
+                              loaded=loaded, build=pending_build)
+
+
+def _warn_uncacheable(path: Path, signature_key: str, exc: UnsupportedGraphError) -> None:
+    warn_once("resource_ops", f"graphcache: SavedModel {str(path)!r} signature {signature_key!r}: {exc} "
+                              "It runs through the loaded SavedModel, without the cache.")
+
+
+def _build_later(cache: GraphCache, path: Path, signature_key: str, loaded: Any, key: str, parts: dict[str, str],
+                 load_seconds: float) -> Prepared | None:
+    """The deferred build of a miss: freeze, compile, write the alias. The compiled graph's bytes are not
+    kept: this process is served by TensorFlow, the entry is for the next ones."""
     try:
         prepared = build(cache, path, signature_key, loaded, key=key, parts=parts, load_seconds=load_seconds)
     except UnsupportedGraphError as exc:
-        warn_once("resource_ops", f"graphcache: SavedModel {str(path)!r} signature {signature_key!r}: {exc} "
-                                  "It runs through the loaded SavedModel, without the cache.")
-        return SavedModelFunction(path, signature_key, alias=None, compiled=None, alias_key=key,
-                                  fallback=loaded.signatures[signature_key], loaded=loaded)
-    return SavedModelFunction(path, signature_key, alias=prepared.alias, compiled=prepared.compiled,
-                              alias_key=key, config=config)
+        _warn_uncacheable(path, signature_key, exc)
+        return None
+    return dataclasses.replace(prepared, compiled=None)
 
 
 __all__ = ["ALIAS_KIND", "Alias", "SavedModelError", "SavedModelFunction", "alias_key", "files_digest",

@@ -132,6 +132,7 @@ def test_export_then_import_into_an_empty_dir_reproduces_hits(tmp_path, cache, m
     model = build_saved_model(tmp_path / "model")
     compiled = cache.compile(mlp.graph_def, mlp.fetches, mlp.feeds)
     served = graphcache.load_saved_model(model, cache=cache)
+    assert served.wait()  # a SavedModel miss builds its entries in the background
     bundle = tmp_path / "out" / "cache.tar.zst"
     bundle.parent.mkdir()
     exported = invoke("export", str(bundle), "--json", "--cache-dir", str(cache.cache_dir))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -100,49 +99,152 @@ def test_outputs_match_tensorflow_and_the_second_load_hits(saved_model, cache):
         fn.close()
 
 
+HIT_CHILD = """
+import json
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.framework import convert_to_constants
+from tensorflow.python.saved_model import load as sm_load, loader_impl
+
+called = []
+def forbidden(name):
+    def fail(*args, **kwargs):
+        called.append(name)
+        raise AssertionError(name + " was called on a hit")
+    return fail
+
+# every way to load a SavedModel or freeze a function raises
+tf.saved_model.load = forbidden("tf.saved_model.load")
+sm_load.load = forbidden("load.load")
+sm_load.load_partial = forbidden("load.load_partial")
+sm_load.Loader.__init__ = forbidden("load.Loader")
+loader_impl.SavedModelLoader.__init__ = forbidden("loader_impl.SavedModelLoader")
+tf.compat.v1.saved_model.load = forbidden("tf.compat.v1.saved_model.load")
+convert_to_constants.convert_variables_to_constants_v2 = forbidden("convert_variables_to_constants")
+
+import graphcache
+from graphcache import saved_model
+saved_model.load_model = forbidden("graphcache.saved_model.load_model")
+saved_model.freeze_signature = forbidden("graphcache.saved_model.freeze_signature")
+
+cache = graphcache.GraphCache(CACHE_DIR)
+fn = graphcache.load_saved_model(MODEL, cache=cache)
+out = fn(x=np.load(X_PATH))
+print(json.dumps({"hit": fn.hit, "key": fn.key, "called": called,
+                  "out": {k: v.tolist() for k, v in out.items()}, "hits": cache.stats().hits}))
+"""
+
+
+def _hit_in_fresh_process(saved_model: Path, cache_dir: Path, x: np.ndarray) -> dict:
+    """A fresh process that loads ``saved_model`` through ``cache_dir`` where every SavedModel load or
+    freeze raises; its result (hit, key, what it called, outputs, hits counted)."""
+    x_path = cache_dir.parent / "x.npy"
+    np.save(x_path, x)
+    return run_python(f"CACHE_DIR, MODEL, X_PATH = {str(cache_dir)!r}, {str(saved_model)!r}, {str(x_path)!r}\n"
+                      + HIT_CHILD)
+
+
 def test_a_hit_in_a_fresh_process_never_loads_the_saved_model(saved_model, cache_dir):
     x = x_input(3)
     cold = graphcache.load_saved_model(saved_model, cache=GraphCache(cache_dir))
     assert not cold.hit
+    assert cold.wait()  # a miss builds the entry in the background (after the first call, or when asked)
     want = reference(saved_model, "serving_default", x=x)
-    np.save(cache_dir.parent / "x.npy", x)
-    result = run_python(textwrap.dedent(f"""
-        import json
-        import numpy as np
-        import tensorflow as tf
-        from tensorflow.python.framework import convert_to_constants
-        from tensorflow.python.saved_model import load as sm_load, loader_impl
-
-        called = []
-        def forbidden(name):
-            def fail(*args, **kwargs):
-                called.append(name)
-                raise AssertionError(name + " was called on a hit")
-            return fail
-
-        # every way to load a SavedModel or freeze a function raises
-        tf.saved_model.load = forbidden("tf.saved_model.load")
-        sm_load.load = forbidden("load.load")
-        sm_load.load_partial = forbidden("load.load_partial")
-        sm_load.Loader.__init__ = forbidden("load.Loader")
-        loader_impl.SavedModelLoader.__init__ = forbidden("loader_impl.SavedModelLoader")
-        tf.compat.v1.saved_model.load = forbidden("tf.compat.v1.saved_model.load")
-        convert_to_constants.convert_variables_to_constants_v2 = forbidden("convert_variables_to_constants")
-
-        import graphcache
-        from graphcache import saved_model
-        saved_model.load_model = forbidden("graphcache.saved_model.load_model")
-        saved_model.freeze_signature = forbidden("graphcache.saved_model.freeze_signature")
-
-        cache = graphcache.GraphCache({str(cache_dir)!r})
-        fn = graphcache.load_saved_model({str(saved_model)!r}, cache=cache)
-        out = fn(x=np.load({str(cache_dir.parent / "x.npy")!r}))
-        print(json.dumps({{"hit": fn.hit, "key": fn.key, "called": called,
-                          "out": {{k: v.tolist() for k, v in out.items()}}, "hits": cache.stats().hits}}))
-    """))
+    result = _hit_in_fresh_process(saved_model, cache_dir, x)
     assert result["called"] == [] and result["hit"] is True and result["key"] == cold.key
     assert result["hits"] == 1
     assert_outputs_equal({k: np.asarray(v, np.float32) for k, v in result["out"].items()}, want)
+
+
+MISS_CHILD = """
+import json, threading, time
+import numpy as np
+import graphcache
+from graphcache import saved_model
+
+events = []  # (what, seconds since start, thread)
+start = time.perf_counter()
+def note(what):
+    events.append((what, time.perf_counter() - start, threading.current_thread().name))
+real_freeze, real_compile = saved_model.freeze_signature, graphcache.GraphCache.compile
+def freeze(*args, **kwargs):
+    note("freeze")
+    return real_freeze(*args, **kwargs)
+def compile(self, *args, **kwargs):
+    note("compile")
+    return real_compile(self, *args, **kwargs)
+real_signature = saved_model.signature_function
+class Noted:  # the loaded signature function, noting when it answered
+    def __init__(self, function):
+        self.function = function
+    def __call__(self, **inputs):
+        result = self.function(**inputs)
+        note("tensorflow answered")
+        return result
+    def __getattr__(self, name):
+        return getattr(self.function, name)
+def signature(*args, **kwargs):
+    return Noted(real_signature(*args, **kwargs))
+saved_model.freeze_signature = freeze
+graphcache.GraphCache.compile = compile
+saved_model.signature_function = signature
+
+fn = graphcache.load_saved_model(MODEL, cache=graphcache.GraphCache(CACHE_DIR))
+note("loaded")
+out = fn(x=np.load(X_PATH)) if CALL else None
+note("answered")
+before = list(events)
+print(json.dumps({"hit": fn.hit, "events": before, "out": None if out is None else {k: v.tolist() for k, v in out.items()}}))
+# the process ends here: the exit drain builds (if the call did not start it) and waits for the entry
+"""
+
+
+@pytest.mark.parametrize("call", [True, False])
+def test_a_miss_answers_like_tensorflow_and_builds_for_the_next_process(tmp_path, call):
+    """A first-ever process answers from TensorFlow's loaded SavedModel (nothing frozen or compiled before
+    its first answer), builds the entry off that path, and its exit waits for the build: the next process
+    hits without loading the SavedModel. A process that never calls leaves the entry behind too."""
+    model = build_saved_model(tmp_path / "model")
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    x = x_input(7)
+    np.save(tmp_path / "x.npy", x)
+    want = reference(model, "serving_default", x=x)
+    first = run_python(f"CACHE_DIR, MODEL, X_PATH, CALL = {str(cache_dir)!r}, {str(model)!r}, "
+                       f"{str(tmp_path / 'x.npy')!r}, {call}\n" + MISS_CHILD)
+    assert first["hit"] is False
+    events = first["events"]
+    main = [what for what, _, thread in events if thread == "MainThread"]
+    assert main == (["loaded", "tensorflow answered", "answered"] if call else ["loaded", "answered"])
+    answered = next(at for what, at, _ in events if what == ("tensorflow answered" if call else "answered"))
+    assert all(at >= answered for what, at, _ in events if what in ("freeze", "compile"))  # built after it
+    if call:
+        assert_outputs_equal({k: np.asarray(v, np.float32) for k, v in first["out"].items()}, want)
+    second = _hit_in_fresh_process(model, cache_dir, x)
+    assert second["hit"] is True and second["called"] == [] and second["hits"] == 1
+    assert_outputs_equal({k: np.asarray(v, np.float32) for k, v in second["out"].items()}, want)
+    stats = GraphCache(cache_dir).stats()
+    assert stats.compiles == 1 and stats.entries == 2  # the graph and its alias
+
+
+def test_a_second_load_in_the_process_waits_for_the_build(tmp_path, cache):
+    """In one process a SavedModel is loaded once: a second load of the same files waits for the pending
+    build and hits (deferred.py's single flight), it does not load the SavedModel again."""
+    from graphcache import saved_model as sm
+
+    model = build_saved_model(tmp_path / "model")
+    x = x_input(8)
+    first = graphcache.load_saved_model(model, cache=cache)
+    first(x=x)  # starts the build
+    loads = []
+    real = sm.load_model
+    sm.load_model = lambda path: loads.append(path) or real(path)
+    try:
+        second = graphcache.load_saved_model(model, cache=cache)
+    finally:
+        sm.load_model = real
+    assert second.hit and loads == [] and second.key == first.key
+    assert_outputs_equal(second(x=x), first(x=x))
 
 
 def test_a_changed_variables_file_misses(tmp_path, cache):
