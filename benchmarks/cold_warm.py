@@ -54,7 +54,7 @@ MISS_COLD_GOAL = 1.10
 FINGERPRINT_REPEATS = 5
 DISPLAY = {"mlp": "MLP", "cnn": "CNN", "resnet50": "ResNet50", "mobilenetv2": "MobileNetV2",
            "inceptionv3": "InceptionV3", "efficientnetb0": "EfficientNetB0", "densenet121": "DenseNet121",
-           "bert": "BERT-base"}
+           "bert": "BERT-base", "xception": "Xception", "nasnetmobile": "NASNetMobile", "resnet101v2": "ResNet101V2"}
 # Steps of the hit path as the parts child times them: (field, label).
 HIT_STEPS = (
     ("open", "open cache (GraphCache(): index, version)"),

@@ -230,7 +230,7 @@ def test_a_saved_model_is_explained_by_signature(tmp_path, cache_dir):
     import graphcache
 
     first = build_saved_model(tmp_path / "a" / "small")
-    graphcache.load_saved_model(first, cache=GraphCache(cache_dir))
+    assert graphcache.load_saved_model(first, cache=GraphCache(cache_dir)).wait()  # built in the background
     result = invoke("explain", str(first), "--json", "--cache-dir", str(cache_dir))
     assert result.exit_code == 0, result.output
     same = json.loads(result.stdout)
