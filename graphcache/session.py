@@ -19,7 +19,9 @@ does here (checked on G, which R never sees whole). ``InteractiveSession`` is th
 tf.compat.v1.InteractiveSession (place-pruned, installs itself as the default session).
 
 A graph the cache cannot take (resource ops such as tables or iterators; ``GRAPHCACHE_DISABLE=1``)
-runs the normal TensorFlow way, on G, with one warning.
+runs the normal TensorFlow way, on G, with one warning. So does, silently, a graph too small to be worth
+caching (under ``GRAPHCACHE_MIN_NODES`` nodes, default 300, and under a MiB: it compiles faster than the
+cache could serve it), decided at the session's first run and counted in stats as ``small_graph``.
 
 ``hooks=[...]`` runs SessionRunHooks the way MonitoredSession does (begin and after_create_session at
 construction, before_run/after_run around every ``run``, end at a clean close); runs a hook makes from
@@ -142,6 +144,7 @@ class _CachingSession:
         self._runner = RunGraph(target, runtime_config(self._config))
         self._prepare_lock = threading.RLock()
         self._checked = False
+        self._min_nodes = settings.min_nodes()  # read here: a bad value fails the construction, not a run
         self._placement = Placement(self._config, self.graph, self._runner.session.list_devices)
         mode = getattr(experimental_config, "accelerate", None)
         self._accelerator = accelerate.Accelerator(mode, config) if mode is not None else None
@@ -308,6 +311,10 @@ class _CachingSession:
             graph_def = self.graph.as_graph_def()
             if not self._checked:
                 self._checked = True
+                if self._small(graph_def):
+                    self._plain = True
+                    self._cache.count_uncacheable("small_graph")
+                    return None
                 offending = graphs.unsupported_nodes(graph_def)
                 if offending:
                     self._go_plain(offending)
@@ -353,6 +360,13 @@ class _CachingSession:
             imported = Imported(scope, compiled.key, compiled.hit, variant_name, loss_scaled)
             self._signatures[(signature_key, variant_name)] = imported
             return imported
+
+    def _small(self, graph_def: Any) -> bool:
+        """Too small to be worth caching: decided once, before any state lives in the run graph. Sessions
+        that need the compile path (accelerate_train_mode) are never small."""
+        if self._accelerator is not None or len(graph_def.node) >= self._min_nodes:
+            return False
+        return graph_def.ByteSize() < settings.SMALL_GRAPH_BYTES
 
     def _go_plain(self, offending: list[tuple[str, str]]) -> None:
         self._plain = True

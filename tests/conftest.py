@@ -37,6 +37,8 @@ def _isolated_env(monkeypatch, tmp_path):
         if name.startswith("GRAPHCACHE_") and name != "GRAPHCACHE_SLOW_TESTS":
             monkeypatch.delenv(name)
     monkeypatch.setenv("GRAPHCACHE_DIR", str(tmp_path / "default-cache"))
+    # The tests' graphs are small: cache them all (test_session.py tests the small-graph rule itself).
+    monkeypatch.setenv("GRAPHCACHE_MIN_NODES", "0")
     from graphcache.core.failures import reset_warnings
 
     reset_warnings()

@@ -47,6 +47,42 @@ def test_tf1_training_matches_plain_session_cold_and_warm(cache_dir, resource):
         np.testing.assert_allclose(run["weight"], plain["weight"], rtol=1e-5, atol=1e-6)
 
 
+SMALL_CHILD = '''
+import json, numpy as np, tensorflow as tf
+import graphcache
+from graphcache import models
+t = models.tf1_training_graph(resource_variables=False)  # 124 nodes, 16 kB
+cache = graphcache.GraphCache({cache_dir!r})
+with graphcache.Session(graph=t.graph, cache=cache) as sess:
+    sess.run(t.init)
+    for step in range(3):
+        sess.run(t.train, t.batch(step))
+    loss = sess.run(t.loss, t.batch(99))
+    signatures = len(sess.compiled_signatures)
+stats = cache.stats()
+print(json.dumps({{"loss": float(loss), "signatures": signatures, "entries": stats.entries,
+                  "small": stats.uncacheable["small_graph"]}}))
+'''
+
+
+def test_a_graph_under_min_nodes_runs_the_plain_way_and_is_counted(cache_dir):
+    child = SMALL_CHILD.format(cache_dir=str(cache_dir))
+    plain = run_python(TRAIN_CHILD.format(resource="0", use_cache="0", cache_dir=str(cache_dir))
+                       .replace("range(5)", "range(3)"))
+    default = run_python(child, env={"GRAPHCACHE_MIN_NODES": ""})  # unset: the default, 300 nodes
+    assert default["signatures"] == 0 and default["entries"] == 0 and default["small"] == 1
+    np.testing.assert_allclose(default["loss"], plain["loss"], rtol=1e-5, atol=1e-6)
+    cached = run_python(child, env={"GRAPHCACHE_MIN_NODES": "100"})  # 124 nodes: cached
+    assert cached["signatures"] == 3 and cached["entries"] == 3 and cached["small"] == 1  # init, train, loss
+    np.testing.assert_allclose(cached["loss"], plain["loss"], rtol=1e-5, atol=1e-6)
+
+
+def test_a_bad_min_nodes_fails_the_construction_with_its_name(cache, monkeypatch):
+    monkeypatch.setenv("GRAPHCACHE_MIN_NODES", "lots")
+    with pytest.raises(ValueError, match="GRAPHCACHE_MIN_NODES='lots'"):
+        graphcache.Session(graph=tf.Graph(), cache=cache)
+
+
 def test_fetch_structures_and_feeds_work_like_tf(cache):
     t = models.tf1_training_graph()
     with graphcache.Session(graph=t.graph, cache=cache) as sess:

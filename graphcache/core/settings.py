@@ -37,12 +37,18 @@ ENV_XLA = "GRAPHCACHE_XLA"  # TensorFlow's XLA executables (xla/)
 ENV_EXPLAIN = "GRAPHCACHE_EXPLAIN"  # log every miss's explanation as a warning (graphcache/explain/)
 ENV_INSTALL = "GRAPHCACHE_INSTALL"  # install() in processes started by `graphcache run` (adoption.py)
 ENV_ACCELERATE = "GRAPHCACHE_ACCELERATE_TRAIN_MODE"  # the accelerate_train_mode those processes get
+ENV_MIN_NODES = "GRAPHCACHE_MIN_NODES"  # graphcache.Session runs smaller graphs the plain way (min_nodes())
 
 DEFAULT_LOCK_TIMEOUT = 600.0  # seconds; a compile of a large graph can take minutes
 DEFAULT_MAX_SIZE = 10 * 2**30  # 10 GiB
 DEFAULT_STALE_AFTER = 86400.0  # seconds: a version unused for a day is purged by the next other version
 DEFAULT_REMOTE_TIMEOUT = 5.0  # seconds one remote lookup may take before it counts as a failure
 DEFAULT_REMOTE_RETRY_AFTER = 60.0  # seconds a failed remote is skipped (circuit breaker) before it is tried again
+# A session graph under this many nodes (and SMALL_GRAPH_BYTES) compiles in a few milliseconds: the cache's own
+# fixed costs (opening the index, the key, the write, the import) would make its first run slower than plain
+# TensorFlow's and save little on a hit (benchmarks/tf1_train.py measures both; JAX's min_compile_time idea).
+DEFAULT_MIN_NODES = 300
+SMALL_GRAPH_BYTES = 2**20  # a graph with big constants is worth caching however few its nodes
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
@@ -75,6 +81,21 @@ def explain_misses() -> bool:
         return bool(env_flag(ENV_EXPLAIN))
     except ValueError:
         return True
+
+
+def min_nodes() -> int:
+    """``GRAPHCACHE_MIN_NODES``: graphcache.Session runs graphs with fewer nodes (and under a MiB) as plain
+    TensorFlow does; 0 caches every graph."""
+    raw = os.environ.get(ENV_MIN_NODES, "").strip()
+    if not raw:
+        return DEFAULT_MIN_NODES
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{ENV_MIN_NODES}={raw!r} is not a number of nodes (0 caches every graph)") from None
+    if value < 0:
+        raise ValueError(f"{ENV_MIN_NODES}={raw!r} is negative (0 caches every graph)")
+    return value
 
 
 def disabled() -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 REASONS = ("resource_ops", "invalid_graph", "lock_timeout", "read_only", "io_error", "corrupt_entry",
-           "untrusted_entry", "disabled")
+           "untrusted_entry", "disabled", "small_graph")
 UNCACHEABLE_PREFIX = "uncacheable."
 COUNTERS = ("hits", "misses", "compiles", "compile_seconds", "saved_seconds", "bytes_written", "bytes_evicted",
             "evictions", "errors", "index_rebuilds")
