@@ -21,7 +21,16 @@ from rich.table import Column
 
 from ..core import misses as recorded
 from .errors import CliError
-from .options import cache_dir_option, cache_root, json_option, open_cache, output_mode, usage_error
+from .options import (
+    cache_dir_option,
+    cache_root,
+    feed_option,
+    fetch_option,
+    json_option,
+    open_cache,
+    output_mode,
+    usage_error,
+)
 from .output import ago, emit, grid, iso, message, plural, table
 
 if TYPE_CHECKING:
@@ -74,11 +83,8 @@ def explanation_view(explained: Explanation, limit: int, now: float) -> Renderab
 
 @click.command("explain", short_help="Why a graph hits or misses: its key and the nearest cached entries.")
 @click.argument("graph", type=click.Path(exists=True, path_type=Path))
-@click.option("--feed", "feeds", multiple=True, metavar="TENSOR",
-              help="A GraphDef's input tensor, repeatable or comma-separated [default: its Placeholders].")
-@click.option("--fetch", "fetches", multiple=True, metavar="TENSOR",
-              help="A GraphDef's output tensor, repeatable or comma-separated [default: the nodes nothing "
-                   "consumes].")
+@feed_option
+@fetch_option
 @click.option("--target", "targets", multiple=True, metavar="OP",
               help="A GraphDef's target op (run, not fetched), repeatable or comma-separated.")
 @click.option("--signature", metavar="NAME",

@@ -185,6 +185,13 @@ filter_option = click.option(
          "(an age: 'accessed>7d' = unused for over 7 days, or an ISO date), version ('version!=current'), "
          "kind, name (globs allowed). OP: > < >= <= = !=. Quote it: --filter 'size>10MB'.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+# A GraphDef's signature, as warm and explain take it (the defaults are graphcache.warm's guesses).
+feed_option = click.option("--feed", "feeds", multiple=True, metavar="TENSOR",
+                           help="A GraphDef's input tensor (x:0), repeatable or comma-separated "
+                                "[default: its Placeholders].")
+fetch_option = click.option("--fetch", "fetches", multiple=True, metavar="TENSOR",
+                            help="A GraphDef's output tensor, repeatable or comma-separated "
+                                 "[default: the nodes nothing consumes].")
 sort_option = click.option(
     "--sort", "order", callback=_parse_sort, metavar="FIELD[:asc|desc]",
     help="Sort by key, name, kind, size, created, accessed, version or compile_seconds "

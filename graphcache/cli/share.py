@@ -26,6 +26,8 @@ from .options import (
     cache_dir_option,
     cache_root,
     ensure_cache_dir,
+    feed_option,
+    fetch_option,
     filter_option,
     json_option,
     open_cache,
@@ -81,12 +83,8 @@ def _report_guess(result: WarmResult) -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--signature", "signatures", multiple=True, metavar="NAME",
               help="SavedModel signature to warm, repeatable [default: every signature].")
-@click.option("--feed", "feeds", multiple=True, metavar="TENSOR",
-              help="A GraphDef's input tensor (x:0), repeatable or comma-separated "
-                   "[default: its Placeholders].")
-@click.option("--fetch", "fetches", multiple=True, metavar="TENSOR",
-              help="A GraphDef's output tensor, repeatable or comma-separated "
-                   "[default: the nodes nothing consumes].")
+@feed_option
+@fetch_option
 @json_option
 @cache_dir_option
 def warm_command(paths: tuple[Path, ...], signatures: tuple[str, ...], feeds: tuple[str, ...],
