@@ -17,6 +17,7 @@ from google.protobuf import message as _pb_message
 from google.protobuf import text_format
 from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, node_def_pb2, types_pb2
 
+from .core.settings import SMALL_GRAPH_BYTES
 from .errors import InvalidGraphError, UnsupportedGraphError
 
 # -- loading ---------------------------------------------------------------------------------------------------
@@ -339,3 +340,10 @@ def unsupported_nodes(graph_def: graph_pb2.GraphDef) -> list[tuple[str, str]]:
         found.extend((f"{fdef.signature.name}/{n.name}", n.op) for n in fdef.node_def
                      if is_stateful_resource_op(n, functions))
     return found
+
+
+def too_small(graph_def: graph_pb2.GraphDef, min_nodes: int) -> bool:
+    """Too small to be worth caching in a session (``GRAPHCACHE_MIN_NODES``): under ``min_nodes`` nodes and
+    under a MiB (big constants are worth caching however few the nodes). Decided once per session, at its
+    first run, before any state lives in its run graph."""
+    return len(graph_def.node) < min_nodes and graph_def.ByteSize() < SMALL_GRAPH_BYTES

@@ -311,8 +311,8 @@ class _CachingSession:
             graph_def = self.graph.as_graph_def()
             if not self._checked:
                 self._checked = True
-                if self._small(graph_def):
-                    self._plain = True
+                if self._accelerator is None and graphs.too_small(graph_def, self._min_nodes):
+                    self._plain = True  # accelerate_train_mode needs the compile path: never small
                     self._cache.count_uncacheable("small_graph")
                     return None
                 offending = graphs.unsupported_nodes(graph_def)
@@ -360,13 +360,6 @@ class _CachingSession:
             imported = Imported(scope, compiled.key, compiled.hit, variant_name, loss_scaled)
             self._signatures[(signature_key, variant_name)] = imported
             return imported
-
-    def _small(self, graph_def: Any) -> bool:
-        """Too small to be worth caching: decided once, before any state lives in the run graph. Sessions
-        that need the compile path (accelerate_train_mode) are never small."""
-        if self._accelerator is not None or len(graph_def.node) >= self._min_nodes:
-            return False
-        return graph_def.ByteSize() < settings.SMALL_GRAPH_BYTES
 
     def _go_plain(self, offending: list[tuple[str, str]]) -> None:
         self._plain = True
