@@ -40,6 +40,9 @@ log = logging.getLogger("graphcache")
 # A miss whose entry is at least this big is written in the background (core/background.py); smaller ones
 # are written before compile() returns (milliseconds).
 BACKGROUND_WRITE_BYTES = 8 * 1024 * 1024
+# At most this long a background write waits for the caller to say its first run is over
+# (CompiledGraph.first_run_done) before it starts anyway (core/background.py).
+WRITE_GRACE = 2.0
 
 
 class GraphCache(EntryService):
@@ -177,16 +180,19 @@ class GraphCache(EntryService):
             self.count(misses=1)
             graph_def, data, seconds = self._compile_now(source, signature, options)
             self.count(compiles=1, compile_seconds=seconds)
+            gate = None
             if lock is not None:
                 if len(data) >= BACKGROUND_WRITE_BYTES and not self.strict:
-                    # Write while the caller imports and runs the graph; the lock goes with the write,
-                    # so other processes wait for the entry instead of compiling it again.
+                    # Written once the caller's first run is over (the gate) or after a grace; the lock goes
+                    # with the write, so other processes wait for the entry instead of compiling it again.
+                    gate = threading.Event()
                     self.start_write(priority.in_background(self._save), fp, data, seconds, signature, label,
-                                     lock=lock)
+                                     lock=lock, gate=gate, grace=WRITE_GRACE)
                     lock = None
                 else:
                     self._save(fp, data, seconds, signature, label)
-            return CompiledGraph(fp.key, False, graph_def, seconds, label, signature, serialized=data)
+            return CompiledGraph(fp.key, False, graph_def, seconds, label, signature, serialized=data,
+                                 write_gate=gate)
         finally:
             if lock is not None:
                 lock.release()

@@ -42,7 +42,8 @@ class CompiledGraph:
     """
 
     def __init__(self, key: str, hit: bool, graph_def: graph_pb2.GraphDef | None, compile_seconds: float,
-                 name: str, signature: Signature, *, serialized: bytes | None = None) -> None:
+                 name: str, signature: Signature, *, serialized: bytes | None = None,
+                 write_gate: threading.Event | None = None) -> None:
         if graph_def is None and serialized is None:
             raise ValueError("a CompiledGraph needs its graph_def or its serialized bytes")
         self.key = key
@@ -54,6 +55,15 @@ class CompiledGraph:
         self._serialized = serialized
         self._exposed = False  # graph_def handed out: it may have been edited, the bytes may be stale
         self._lock = threading.Lock()
+        self._write_gate = write_gate  # a miss's entry write waits for it (core/background.py)
+
+    def first_run_done(self) -> None:
+        """Say that the first run of this graph is over: a miss whose entry is written in the background
+        starts writing now, rather than competing with the import and the first run (it also starts after
+        a grace of at most a few seconds, and when the cache is flushed). ``session()`` and
+        graphcache.Session call it themselves; call it when you import ``graph_def`` yourself."""
+        if self._write_gate is not None:
+            self._write_gate.set()
 
     def __repr__(self) -> str:
         return (f"CompiledGraph(key={self.key!r}, hit={self.hit}, name={self.name!r}, "
@@ -115,7 +125,26 @@ class CompiledGraph:
         return graph
 
     def session(self, config: Any = None, target: str = ""):
-        """A tf.compat.v1.Session on the compiled graph, with the optimizers off."""
+        """A tf.compat.v1.Session on the compiled graph, with the optimizers off. Its first ``run`` ends with
+        ``first_run_done()``."""
         import tensorflow as tf
 
-        return tf.compat.v1.Session(target, graph=self.import_graph(), config=runtime_config(config))
+        session = tf.compat.v1.Session(target, graph=self.import_graph(), config=runtime_config(config))
+        if self._write_gate is not None and not self._write_gate.is_set():
+            _open_after_first_run(session, self._write_gate)
+        return session
+
+
+def _open_after_first_run(session: Any, gate: threading.Event) -> None:
+    """Shadow ``session.run`` with a wrapper that opens ``gate`` after the first call and then removes
+    itself (the instance attribute goes; the class's ``run`` is found again)."""
+    run = session.run
+
+    def first_run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return run(*args, **kwargs)
+        finally:
+            gate.set()
+            session.__dict__.pop("run", None)
+
+    session.run = first_run

@@ -73,6 +73,9 @@ class RunGraph:
         self._constants: dict[tuple, list[str]] = {}
         self._hashes: dict[str, str] = {}
         self._indexed = 0  # how many of the graph's operations _index_constants has looked at
+        # Misses imported here whose entries are written once a run is over (CompiledGraph.first_run_done):
+        # the write would otherwise compete with the import and the first run for the GIL.
+        self._unwritten: list[Any] = []
 
     # -- importing ------------------------------------------------------------------------------------------
     def add(self, compiled: Any, scope: str, keep: set[str], graph_def: Any = None) -> None:
@@ -88,6 +91,8 @@ class RunGraph:
             else:
                 self._import_sharing(graph_def if graph_def is not None else compiled.graph_def, scope, keep)
             self._scopes.append(scope)
+            if not compiled.hit:
+                self._unwritten.append(compiled)
             self._scope_pattern = re.compile(
                 r"(?<![\w./-])(?:" + "|".join(re.escape(s) for s in self._scopes) + r")/")
 
@@ -150,10 +155,19 @@ class RunGraph:
     def run(self, options: Any, feeds: dict, fetches: list, targets: list, run_metadata: Any) -> list:
         session = self.session
         session._extend_graph()  # what BaseSession._do_run does before TF_SessionRun
-        return session._call_tf_sessionrun(options, _outputs(feeds), [t._as_tf_output() for t in fetches],
-                                           [op._c_op for op in targets], run_metadata)
+        try:
+            return session._call_tf_sessionrun(options, _outputs(feeds), [t._as_tf_output() for t in fetches],
+                                               [op._c_op for op in targets], run_metadata)
+        finally:
+            self._first_runs_done()
+
+    def _first_runs_done(self) -> None:
+        """Let the entries of the misses imported so far be written (partial runs and callables: at set-up)."""
+        while self._unwritten:
+            self._unwritten.pop().first_run_done()
 
     def partial_run_setup(self, feeds: list, fetches: list, targets: list) -> str:
+        self._first_runs_done()
         session = self.session
         session._extend_graph()
         return tf_session_lib.tf_session.TF_SessionPRunSetup_wrapper(
@@ -166,9 +180,11 @@ class RunGraph:
     def make_callable(self, callable_options: Any, user_graph: Any) -> MappedCallable:
         """A TensorFlow callable (``Session._make_callable_from_options``) on the run graph, whose errors
         name ``user_graph``'s nodes."""
+        self._first_runs_done()
         return MappedCallable(self.session._make_callable_from_options(callable_options), self, user_graph)
 
     def close(self) -> None:
+        self._first_runs_done()
         self.session.close()
 
     # -- the way back to the user's graph ------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -154,6 +155,47 @@ def test_big_miss_is_written_in_the_background_and_flush_waits(cache, big_graph)
     assert again.hit
     with again.session() as sess:
         np.testing.assert_array_equal(sess.run("y:0", {"x:0": np.ones([1, 1024], np.float32)}), out)
+
+
+def _written_within(cache, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while cache.pending_writes and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return cache.pending_writes == 0
+
+
+def test_a_big_miss_is_written_after_its_first_run_not_during_it(cache, big_graph, monkeypatch):
+    monkeypatch.setattr(cache_module, "WRITE_GRACE", 120.0)  # only the first run (or a flush) may start it
+    compiled = cache.compile(big_graph, ["y:0"], ["x:0"])
+    time.sleep(0.3)
+    assert cache.pending_writes == 1 and not cache.store.path_for(compiled.key).exists()
+    with compiled.session() as sess:
+        sess.run("y:0", {"x:0": np.ones([1, 1024], np.float32)})
+        assert _written_within(cache, 60) and cache.store.path_for(compiled.key).exists()
+        sess.run("y:0", {"x:0": np.ones([1, 1024], np.float32)})  # the class's run again
+
+
+def test_graphcache_session_lets_its_misses_be_written_after_their_first_run(cache, big_graph, monkeypatch):
+    monkeypatch.setattr(cache_module, "WRITE_GRACE", 120.0)
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.graph_util.import_graph_def(big_graph, name="")
+    with graphcache.Session(graph=graph, cache=cache) as sess:
+        sess.run("y:0", {"x:0": np.ones([1, 1024], np.float32)})
+        assert _written_within(cache, 60)
+    assert cache.stats().entries == 1
+
+
+def test_without_a_first_run_the_grace_or_a_flush_starts_the_write(cache, big_graph, monkeypatch):
+    monkeypatch.setattr(cache_module, "WRITE_GRACE", 0.2)
+    compiled = cache.compile(big_graph, ["y:0"], ["x:0"])
+    assert _written_within(cache, 60) and cache.store.path_for(compiled.key).exists()  # the grace
+    cache.purge()
+    monkeypatch.setattr(cache_module, "WRITE_GRACE", 120.0)
+    started = time.monotonic()
+    compiled = cache.compile(big_graph, ["y:0"], ["x:0"])
+    assert cache.flush(timeout=60) and time.monotonic() - started < 60  # a flush opens the gate
+    assert cache.store.path_for(compiled.key).exists()
 
 
 def test_threads_asking_during_the_background_write_wait_and_hit(cache, big_graph):

@@ -335,9 +335,11 @@ class EntryService:
         except STORAGE_ERRORS as exc:
             warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
 
-    def start_write(self, func: Callable[..., Any], *args: Any, lock: Any) -> None:
-        """Run ``func(*args)`` (an entry write) in the background, then release ``lock`` (background.py)."""
-        self._writes.start(func, *args, lock=lock)
+    def start_write(self, func: Callable[..., Any], *args: Any, lock: Any, gate: threading.Event | None = None,
+                    grace: float = 0.0) -> None:
+        """Run ``func(*args)`` (an entry write) in the background once ``gate`` is set or ``grace`` seconds
+        have passed, then release ``lock`` (background.py)."""
+        self._writes.start(func, *args, lock=lock, gate=gate, grace=grace)
 
     @property
     def pending_writes(self) -> int:
