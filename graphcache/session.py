@@ -52,6 +52,7 @@ from .core.failures import warn_once
 from .errors import UnsupportedGraphError
 from .placement import Placement
 from .run_graph import Imported, RunGraph, release_freed_memory, retyped
+from .session_cache import SessionCache
 
 log = logging.getLogger("graphcache")
 
@@ -134,11 +135,11 @@ class _CachingSession:
         if cache_dir is None and experimental_config is not None:
             cache_dir = experimental_config.graph_compiler_cache_dir
         self._plain = settings.disabled()
-        self._cache = None if self._plain else (cache or GraphCache(cache_dir))
+        self._cache = None if self._plain else SessionCache(cache, cache_dir)  # opened at the first compile
         if jit:
             # XLA auto-clustering, executables cached by graphcache. TensorFlow reads the XLA flags
             # before its first op, so this comes before the session exists.
-            config = _xla.jit_config(config, cache=self._cache)
+            config = _xla.jit_config(config, cache=self._cache.get())
         super().__init__(target, graph, config)
         self._compile_config = _compile_options(self._config)
         self._runner = RunGraph(target, runtime_config(self._config))
@@ -176,7 +177,7 @@ class _CachingSession:
 
     @property
     def cache(self) -> GraphCache | None:
-        return self._cache
+        return None if self._cache is None else self._cache.get()
 
     @property
     def compiled_signatures(self) -> dict[tuple, Imported]:
@@ -334,12 +335,12 @@ class _CachingSession:
                         warn_once("accelerate_no_loss_scale", f"graphcache: accelerate_train_mode trains "
                                   f"{label} in float16 without graphcache's loss scaling: {why_not}")
             try:
-                compiled = self._cache.compile(graph_def, fetches, feeds, targets, options=options,
+                compiled = self._cache.get().compile(graph_def, fetches, feeds, targets, options=options,
                                                name="session:" + label)
             except UnsupportedGraphError as exc:
                 if self._signatures:  # state already lives in the run graph: compile this one uncached there
                     warn_once("resource_ops", f"graphcache: {exc}; compiling this signature without the cache")
-                    compiled = self._cache.compile_without_cache(graph_def, fetches, feeds, targets,
+                    compiled = self._cache.get().compile_without_cache(graph_def, fetches, feeds, targets,
                                                                  options=options)
                 else:
                     self._go_plain(exc.nodes)
@@ -504,6 +505,8 @@ class _CachingSession:
         finally:
             if self._runner is not None:
                 self._runner.close()
+            if self._cache is not None:
+                self._cache.close()
 
 
 class Session(_CachingSession, tf.compat.v1.Session):

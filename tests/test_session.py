@@ -77,6 +77,25 @@ def test_a_graph_under_min_nodes_runs_the_plain_way_and_is_counted(cache_dir):
     np.testing.assert_allclose(cached["loss"], plain["loss"], rtol=1e-5, atol=1e-6)
 
 
+LAZY_CHILD = '''
+import json, os, graphcache
+from graphcache import models
+t = models.tf1_training_graph(resource_variables=False)
+sess = graphcache.Session(graph=t.graph, cache_dir={cache_dir!r})
+sess.run(t.init)
+sess.run(t.train, t.batch(0))
+opened = os.path.exists(os.path.join({cache_dir!r}, "index.db"))
+sess.close()
+stats = graphcache.GraphCache({cache_dir!r}).stats()
+print(json.dumps({{"opened_before_close": opened, "small": stats.uncacheable["small_graph"]}}))
+'''
+
+
+def test_a_small_graph_never_opens_the_cache_dir_before_the_session_closes(cache_dir):
+    result = run_python(LAZY_CHILD.format(cache_dir=str(cache_dir)), env={"GRAPHCACHE_MIN_NODES": ""})
+    assert result == {"opened_before_close": False, "small": 1}
+
+
 def test_a_bad_min_nodes_fails_the_construction_with_its_name(cache, monkeypatch):
     monkeypatch.setenv("GRAPHCACHE_MIN_NODES", "lots")
     with pytest.raises(ValueError, match="GRAPHCACHE_MIN_NODES='lots'"):
