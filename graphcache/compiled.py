@@ -57,6 +57,12 @@ class CompiledGraph:
         self._lock = threading.Lock()
         self._write_gate = write_gate  # a miss's entry write waits for it (core/background.py)
 
+    @property
+    def write_gate(self) -> threading.Event | None:
+        """What this miss's background entry write waits for (``first_run_done`` sets it); None when
+        nothing waits (a hit, or an entry written before ``compile()`` returned)."""
+        return self._write_gate
+
     def first_run_done(self) -> None:
         """Say that the first run of this graph is over: a miss whose entry is written in the background
         starts writing now, rather than competing with the import and the first run (it also starts after

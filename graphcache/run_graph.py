@@ -73,9 +73,10 @@ class RunGraph:
         self._constants: dict[tuple, list[str]] = {}
         self._hashes: dict[str, str] = {}
         self._indexed = 0  # how many of the graph's operations _index_constants has looked at
-        # Misses imported here whose entries are written once a run is over (CompiledGraph.first_run_done):
-        # the write would otherwise compete with the import and the first run for the GIL.
-        self._unwritten: list[Any] = []
+        # The write gates of misses imported here: their entries are written once a run is over
+        # (CompiledGraph.write_gate), not while the import and the first run need the GIL. The gates, not the
+        # CompiledGraphs: those hold a second copy of the graph's bytes.
+        self._unwritten: list[threading.Event] = []
 
     # -- importing ------------------------------------------------------------------------------------------
     def add(self, compiled: Any, scope: str, keep: set[str], graph_def: Any = None) -> None:
@@ -91,8 +92,8 @@ class RunGraph:
             else:
                 self._import_sharing(graph_def if graph_def is not None else compiled.graph_def, scope, keep)
             self._scopes.append(scope)
-            if not compiled.hit:
-                self._unwritten.append(compiled)
+            if compiled.write_gate is not None:
+                self._unwritten.append(compiled.write_gate)
             self._scope_pattern = re.compile(
                 r"(?<![\w./-])(?:" + "|".join(re.escape(s) for s in self._scopes) + r")/")
 
@@ -164,7 +165,7 @@ class RunGraph:
     def _first_runs_done(self) -> None:
         """Let the entries of the misses imported so far be written (partial runs and callables: at set-up)."""
         while self._unwritten:
-            self._unwritten.pop().first_run_done()
+            self._unwritten.pop().set()
 
     def partial_run_setup(self, feeds: list, fetches: list, targets: list) -> str:
         self._first_runs_done()

@@ -14,6 +14,8 @@ from typing import Any
 
 from .cache import GraphCache
 from .core.cachedir import resolve_cache_dir
+from .core.failures import warn_once
+from .errors import CacheDirError
 
 
 class SessionCache:
@@ -40,7 +42,15 @@ class SessionCache:
         self._cache.count_uncacheable(reason)
 
     def close(self) -> None:
+        """Write the counts kept back; a cache dir gone meanwhile costs one warning (closing must not fail)."""
         with self._lock:
             uncounted, self._uncounted = self._uncounted, []
+        if not uncounted:
+            return
+        try:
+            cache = self.get()
+        except CacheDirError as exc:
+            warn_once("stats", f"graphcache: could not record {', '.join(uncounted)} in the stats: {exc}")
+            return
         for reason in uncounted:
-            self.get().count_uncacheable(reason)
+            cache.count_uncacheable(reason)
