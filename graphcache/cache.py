@@ -207,7 +207,7 @@ class GraphCache(EntryService):
         if importing.library_bytes(data):  # library functions get content-derived names (keys.py)
             graph_def = graph_pb2.GraphDef.FromString(data)
             keys.canonical_function_names(graph_def)
-            data = graph_def.SerializeToString()
+            data = graphs.serialize(graph_def)
         return graph_def, data, time.perf_counter() - start
 
     # -- graph entries ---------------------------------------------------------------------------------------

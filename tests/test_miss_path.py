@@ -104,6 +104,34 @@ def test_every_benchmark_model_compiles_the_same(name):
     _benchmark_model_case(name)
 
 
+def test_graphs_serialize_writes_protobufs_own_bytes(mlp, cnn):
+    """graphs.serialize (one node at a time, faster in upb) is byte for byte SerializeToString, on graphs with
+    and without a function library, debug info, the deprecated version field, or nothing at all."""
+    training = models.tf1_training_graph(resource_variables=True).graph.as_graph_def()
+    control_flow = _control_flow()[0]
+    assert control_flow.library.function  # functions and gradients: the library field is written
+    odd = graph_pb2.GraphDef()
+    odd.CopyFrom(mlp.graph_def)
+    odd.version = 7
+    odd.debug_info.files.append("model.py")
+    empty_library = graph_pb2.GraphDef()
+    empty_library.library.SetInParent()  # present but empty: still written, as protobuf writes it
+    for graph_def in (mlp.graph_def, cnn.graph_def, training, control_flow, odd, empty_library, graph_pb2.GraphDef()):
+        assert graphs.serialize(graph_def) == graph_def.SerializeToString()
+
+
+def test_grapplers_input_is_the_metagraph_it_was(mlp):
+    """The MetaGraphDef handed to Grappler, built from the pieces, parses to the MetaGraphDef with the graph."""
+    from graphcache.compilers import grappler
+
+    signature = graphs.Signature.create(mlp.fetches, mlp.feeds)
+    rest = GrapplerCompiler._signature_def(validation.validate(mlp.graph_def, signature), signature)
+    whole = type(rest)()
+    whole.CopyFrom(rest)
+    whole.graph_def.CopyFrom(mlp.graph_def)
+    assert type(rest).FromString(grappler._metagraph_bytes(mlp.graph_def, rest)) == whole
+
+
 def test_validation_without_the_c_importer_gives_the_same_tensors(mlp, monkeypatch):
     signature = graphs.Signature.create(mlp.fetches, mlp.feeds)
     fast = validation.validate(mlp.graph_def, signature)

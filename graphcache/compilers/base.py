@@ -7,6 +7,7 @@ from typing import Any
 
 from tensorflow.core.framework import graph_pb2
 
+from .. import graphs
 from ..graphs import Signature
 
 
@@ -26,4 +27,4 @@ class Compiler(abc.ABC):
                            config: Any = None) -> bytes:
         """``compile``, returning the compiled GraphDef serialized. Backends that get bytes from TensorFlow
         override this to skip a parse and a serialization of the (possibly 100 MB) result."""
-        return self.compile(graph_def, tf_graph, signature, config).SerializeToString()
+        return graphs.serialize(self.compile(graph_def, tf_graph, signature, config))

@@ -19,7 +19,7 @@ from typing import Any
 from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import config_pb2, device_properties_pb2, meta_graph_pb2
 
-from .. import identity, wire
+from .. import graphs, identity, wire
 from ..errors import InvalidGraphError
 from ..graphs import Signature
 from .base import Compiler
@@ -110,10 +110,12 @@ _METAGRAPH_GRAPH_DEF = 2  # MetaGraphDef.graph_def's field number (tensorflow/co
 def _metagraph_bytes(graph_def: graph_pb2.GraphDef, metagraph: meta_graph_pb2.MetaGraphDef) -> bytes:
     """The serialized MetaGraphDef ``metagraph`` with ``graph_def`` as its graph, built without copying the
     graph into the MetaGraphDef first: protobuf accepts fields in any order, so the graph's field is
-    appended to the serialized rest."""
-    graph = graph_def.SerializeToString()
-    field = wire.length_delimited_tag(_METAGRAPH_GRAPH_DEF) + wire.varint(len(graph))
-    return b"".join((metagraph.SerializeToString(), field, graph))
+    appended to the serialized rest, and the graph's bytes are written once, node by node
+    (graphs.serialized_pieces)."""
+    pieces = graphs.serialized_pieces(graph_def)
+    size = sum(map(len, pieces))
+    field = wire.length_delimited_tag(_METAGRAPH_GRAPH_DEF) + wire.varint(size)
+    return b"".join((metagraph.SerializeToString(), field, *pieces))
 
 
 def _optimize_serialized() -> Any:
