@@ -56,7 +56,7 @@ import xxhash
 from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, node_def_pb2, tensor_pb2
 
 from .errors import InvalidGraphError
-from .graphs import GraphView, func_refs
+from .graphs import GraphView
 
 # Internal attributes left out of the key, each with why it cannot change the compiled result.
 DROPPED_ATTRS = frozenset({
@@ -80,6 +80,10 @@ _NEXT_ITERATION = frozenset({"NextIteration", "RefNextIteration"})
 # Input tags: each data input is one tag byte, then a 16-byte id (node inputs), then its port.
 _NODE, _BACK, _ARG, _CONTROLS = b"n", b"b", b"a", b"c"
 _NO_CONSUMERS = xxhash.xxh3_128_digest(b"no consumers")
+_SKIP = DROPPED_ATTRS | {_COLOCATION}  # attributes a node's id leaves out
+_SKIP_ON_ENTER = _SKIP | {_FRAME}
+_NO_BACK: frozenset[int] = frozenset()
+_NONE: list[bytes] = []  # shared, never mutated: most nodes have no control inputs on arguments
 _EMPTY = _LEN.pack(0)
 
 
@@ -266,8 +270,8 @@ class Canonicalizer:
                 _update(hasher, stub.SerializeToString(deterministic=True))
                 _update(hasher, content)
                 return hasher.digest()
-        elif kind in ("func", "list") and any(True for _ in func_refs(attr)):
-            attr = _copy(attr)
+        elif self.functions and (kind == "func" or (kind == "list" and attr.list.func)):
+            attr = _copy(attr)  # names library functions: hashed under their content names
             self.rename_in_attr(attr)
         return xxhash.xxh3_128_digest(attr.SerializeToString(deterministic=True))
 
@@ -323,12 +327,13 @@ class Canonicalizer:
                 if src is not None:
                     raise InvalidGraphError(f"node {node.name!r}: control input {text!r} is not in the graph")
                 arg_controls.add(index)
-        back: frozenset[int] = frozenset()
-        if node.op in _MERGE:
-            back = frozenset(i for i, (src, _) in enumerate(data)
-                             if src is not None and nodes[src].op in _NEXT_ITERATION)
-        deps = [src for i, (src, _) in enumerate(data) if src is not None and i not in back]
         ordered = sorted(controls)
+        if node.op not in _MERGE:  # only a Merge has loop back edges
+            deps = [src for src, _ in data if src is not None]
+            deps += ordered
+            return _Parsed(data, ordered, sorted(arg_controls) if arg_controls else _NONE, _NO_BACK, deps)
+        back = frozenset(i for i, (src, _) in enumerate(data) if src is not None and nodes[src].op in _NEXT_ITERATION)
+        deps = [src for i, (src, _) in enumerate(data) if src is not None and i not in back]
         return _Parsed(data, ordered, sorted(arg_controls), back, deps + ordered)
 
     def _node_id(self, node: node_def_pb2.NodeDef, inputs: _Parsed, ids: dict[str, bytes], named: bool,
@@ -338,15 +343,15 @@ class Canonicalizer:
         One digest over one joined buffer, every variable-length piece prefixed by its length or count
         (ids and digests are 16 bytes): the encoding is unambiguous, and cheap in Python.
         """
-        op = self.function_name(node.op)
+        op = node.op
         enc = self._encoded
-        pieces = [enc(op), enc(node.device), _text(node.name) if named else _EMPTY]
+        pieces = [enc(self.function_name(op)), enc(node.device), _text(node.name) if named else _EMPTY]
         digests: dict[str, bytes] = {}
-        skip_frame = node.op in _ENTER
-        for key in sorted(node.attr):
-            if key in DROPPED_ATTRS or key == _COLOCATION or (skip_frame and key == _FRAME):
-                continue  # the last two are hashed in the node's element (_cores)
-            digests[key] = self._attr_digest(node.attr[key])
+        skip = _SKIP_ON_ENTER if op in _ENTER else _SKIP  # colocation, frame: in the node's element (_cores)
+        attr_digest = self._attr_digest
+        for key, value in sorted(node.attr.items()):
+            if key not in skip:
+                digests[key] = attr_digest(value)
         attrs[node.name] = digests
         pieces.append(_LEN.pack(len(digests)))
         for key, digest in digests.items():
@@ -356,21 +361,26 @@ class Canonicalizer:
             pieces.append(b"t" + xxhash.xxh3_128_digest(node.experimental_type.SerializeToString(deterministic=True)))
         else:
             pieces.append(b"-")
-        pieces.append(_LEN.pack(len(inputs.data)))
+        data = inputs.data
+        pieces.append(_LEN.pack(len(data)))
         back = inputs.back
-        for i, (src, port) in enumerate(inputs.data):
-            if i in back:
-                pieces.append(_BACK)
-            elif src is None:
+        for i, (src, port) in enumerate(data):
+            if src is None:
                 pieces.append(_ARG)
+            elif back and i in back:
+                pieces.append(_BACK)
             else:
                 pieces.append(_NODE)
                 pieces.append(ids[src])
             pieces.append(enc(port))
-        pieces.append(_LEN.pack(len(inputs.controls)))
-        pieces.extend(sorted(ids[c] for c in inputs.controls))
-        pieces.append(_LEN.pack(len(inputs.arg_controls)))
-        pieces.extend(enc(index) for index in inputs.arg_controls)
+        controls = inputs.controls
+        pieces.append(_LEN.pack(len(controls)))
+        if controls:
+            pieces.extend(sorted([ids[c] for c in controls]))
+        arg_controls = inputs.arg_controls
+        pieces.append(_LEN.pack(len(arg_controls)))
+        if arg_controls:
+            pieces.extend([enc(index) for index in arg_controls])
         return xxhash.xxh3_128_digest(b"".join(pieces))
 
     def _encoded(self, text: str | bytes) -> bytes:
