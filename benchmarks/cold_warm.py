@@ -63,8 +63,8 @@ HIT_STEPS = (
     ("view", "GraphView (fan-in)"),
     ("scan", "resource-op scan"),
     ("hash", "keys.compute (hash)"),
-    ("read", "store read (header, payload)"),
-    ("decode", "codec.decode_parts (checksums)"),
+    ("read", "store read (header, payload hashed as it is read)"),
+    ("decode", "codec.decode_parts (header checksum, digests compared)"),
     ("ops", "op types from the bytes (no parse)"),
     ("safety", "safety check (ops added to the source)"),
     ("index", "index/counters update"),
@@ -282,12 +282,13 @@ def child_warm_parts(model: str, cache_dir: str) -> dict[str, Any]:
     step("scan")
     fingerprint = keys.compute(view, None, identity, name=model)
     step("hash")
-    parts = cache.store.read_parts(fingerprint.key)
+    hasher = codec.payload_hasher()  # as core/checked.py reads: the payload hashed while it is read
+    parts = cache.store.read_parts(fingerprint.key, hasher)
     if parts is None:
         raise RuntimeError(f"entry {fingerprint.key} is not in {cache_dir}: the warm cache was not primed")
     step("read")
     signing = {"signing_key": cache.signing_key} if cache.signing_key else {}
-    header, payload = codec.decode_parts(*parts, fingerprint.key, **signing)
+    header, payload = codec.decode_parts(*parts, fingerprint.key, stored_digest=hasher.digest(), **signing)
     step("decode")
     ops = importing.wire_op_types(payload)
     step("ops")

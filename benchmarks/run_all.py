@@ -593,8 +593,8 @@ def _markdown_stores(report: dict[str, Any]) -> list[str]:
         f"({data['filesystem']}), one fresh process, random (incompressible) blobs, a new key per put, read back "
         f"at once and deleted; medians of {data['repeats']}, the two stores alternating. graphcache: put = "
         "`codec.encode` + `LocalStore.write` (temp file, fsync, atomic rename), get = what a hit reads: "
-        "`LocalStore.read_parts` (the payload read into its own `bytes`, store/fileread.py) + `codec.decode_parts` "
-        "(checksums; the payload handed on uncopied); no index row (GraphCache adds one). diskcache: `Cache.set`/`Cache.get` of "
+        "`LocalStore.read_parts` (the payload read into its own `bytes`, hashed 1 MiB at a time as it is read, "
+        "store/fileread.py) + `codec.decode_parts` (checks; the payload handed on uncopied); no index row (GraphCache adds one). diskcache: `Cache.set`/`Cache.get` of "
         "the bytes (a file per value over 32 kB plus a SQLite row; no fsync).",
         "",
         _md_table(store_vs_diskcache.table_rows(data)),

@@ -2,8 +2,9 @@
 
 - graphcache put: ``codec.encode`` (sampling, checksums, header; incompressible bytes are stored raw) +
   ``LocalStore.write`` (temp file, write, fsync, atomic rename); get: what a hit reads, ``LocalStore.read_parts``
-  (prefix + header, then the payload into a ``bytes`` of its own: store/fileread.py) + ``codec.decode_parts``
-  (prefix, header and payload checksums; the payload is handed on without a copy). No index row: the
+  (prefix + header, then the payload into a ``bytes`` of its own, hashed 1 MiB at a time as it is read:
+  store/fileread.py) + ``codec.decode_parts`` (prefix and header checks, the payload's digest compared; the
+  payload is handed on without a copy). No index row: the
   SQLite index is GraphCache's, not the store's.
 - diskcache put: ``Cache.set(key, bytes)`` (values over 32 kB go to their own file; SQLite row, WAL with
   synchronous=NORMAL, no fsync of the file); get: ``Cache.get(key)``.
@@ -76,9 +77,10 @@ def child_compare(directory: str, sizes: list[int], repeats: int) -> dict[str, A
                     store.write(key, data)
                     t2 = time.perf_counter()
                     del data
-                    parts = store.read_parts(key)
+                    hasher = codec.payload_hasher()  # as a hit reads (core/checked.py): hashed while read
+                    parts = store.read_parts(key, hasher)
                     t3 = time.perf_counter()
-                    _, got = codec.decode_parts(*parts, key)
+                    _, got = codec.decode_parts(*parts, key, stored_digest=hasher.digest())
                     t4 = time.perf_counter()
                     del parts
                     t["encode"].append(t1 - t0)

@@ -45,7 +45,7 @@ def _check_runs(compiled, model):
 def test_read_errors(cache, mlp, cnn, monkeypatch, code):
     cache.compile(mlp.graph_def, mlp.fetches, mlp.feeds)
 
-    def failing_read(key):
+    def failing_read(key, hasher=None):
         raise OSError(code, os.strerror(code))
 
     monkeypatch.setattr(cache.store, "read_parts", failing_read)

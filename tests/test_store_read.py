@@ -85,3 +85,33 @@ def test_the_fallback_reads_the_same(tmp_path, monkeypatch):
     monkeypatch.setattr(fileread, "_NATIVE", None)  # not CPython / not Linux: os.pread only
     assert store.read_parts(KEY) == native
 
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_the_payload_is_hashed_as_it_is_read(tmp_path, monkeypatch, native):
+    """read_range feeds the hasher exactly the bytes it returns (whole, in chunks, or cut short by the file's
+    end), and the hit path's digest is the codec's payload checksum."""
+    import xxhash
+
+    if not native:
+        monkeypatch.setattr(fileread, "_NATIVE", None)
+    data = os.urandom(2 * fileread.HASH_CHUNK + 4321)
+    path = tmp_path / "blob"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for offset, size in ((0, len(data)), (3, fileread.POPULATE_FROM + 7), (9, 50), (len(data) - 99, 10**7)):
+            hasher = xxhash.xxh3_128()
+            got = fileread.read_range(fd, size, offset, hasher)
+            assert got == data[offset:offset + size] and hasher.digest() == xxhash.xxh3_128_digest(got)
+    finally:
+        os.close(fd)
+    for size in (10, 3 * fileread.HASH_CHUNK + 1):  # the small entry comes in the first read; the big one not
+        payload = os.urandom(size)
+        store = _store_entry(tmp_path / str(size), payload)
+        hasher = codec.payload_hasher()
+        head, stored = store.read_parts(KEY, hasher)
+        header, got = codec.decode_parts(head, stored, KEY, stored_digest=hasher.digest())
+        assert got == payload and checked.read_checked(store, KEY).payload == payload
+        with pytest.raises(CorruptEntryError, match="payload checksum"):  # a digest of other bytes fails
+            codec.decode_parts(head, stored, KEY, stored_digest=codec.payload_hasher().digest())

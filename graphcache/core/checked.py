@@ -35,9 +35,10 @@ class CheckedEntry:
 
 
 def check_parts(head: bytes | memoryview, stored: bytes | memoryview, key: str, *,
-                signing_key: bytes | None = None) -> CheckedEntry:
-    """Check an entry read as (prefix + header, stored payload) against ``key``."""
-    header, payload = codec.decode_parts(head, stored, key, signing_key=signing_key)
+                signing_key: bytes | None = None, stored_digest: bytes | None = None) -> CheckedEntry:
+    """Check an entry read as (prefix + header, stored payload) against ``key`` (``stored_digest``: see
+    codec.decode_parts)."""
+    header, payload = codec.decode_parts(head, stored, key, signing_key=signing_key, stored_digest=stored_digest)
     return CheckedEntry(header, payload, head, stored)
 
 
@@ -51,10 +52,11 @@ def read_checked(store, key: str, *, signing_key: bytes | None = None) -> Checke
 
     Raises CorruptEntryError / UntrustedEntryError when it fails a check, OSError when it cannot be read.
     """
-    parts = store.read_parts(key)
+    hasher = codec.payload_hasher()  # the payload is checksummed as it is read
+    parts = store.read_parts(key, hasher)
     if parts is None:
         return None
-    return check_parts(*parts, key, signing_key=signing_key)
+    return check_parts(*parts, key, signing_key=signing_key, stored_digest=hasher.digest())
 
 
 def read_entry_file(store, key: str, *, signing_key: bytes | None = None) -> tuple[codec.EntryHeader, bytes]:

@@ -174,10 +174,19 @@ def head_size(prefix: bytes | memoryview) -> int:
     return PREFIX_SIZE + header_len
 
 
+def payload_hasher() -> Any:
+    """A fresh hasher of the payload checksum's kind (xxh3-128), for hashing a payload while reading it."""
+    return xxhash.xxh3_128()
+
+
 def decode_parts(head: bytes | memoryview, stored: bytes | memoryview, expected_key: str | None = None, *,
-                 signing_key: bytes | None = None) -> tuple[EntryHeader, bytes | memoryview]:
+                 signing_key: bytes | None = None, stored_digest: bytes | None = None
+                 ) -> tuple[EntryHeader, bytes | memoryview]:
     """``decode`` for an entry read as (prefix + header, stored payload). An uncompressed payload is
-    ``stored`` itself: read into its own ``bytes``, it reaches TensorFlow without a copy."""
+    ``stored`` itself: read into its own ``bytes``, it reaches TensorFlow without a copy.
+
+    ``stored_digest``: ``payload_hasher()``'s digest of ``stored``, computed while it was read (the store's
+    ``read_parts``), so the payload checksum needs no second pass over the payload."""
     head = memoryview(head)
     flags, header_len, header_hash, stored_len, payload_hash = _parse_prefix(head)
     body = PREFIX_SIZE + header_len
@@ -186,7 +195,7 @@ def decode_parts(head: bytes | memoryview, stored: bytes | memoryview, expected_
     header = _parse_header(head[PREFIX_SIZE:body], header_hash)
     if expected_key is not None and header.key != expected_key:
         raise CorruptEntryError(f"entry holds key {header.key}, expected {expected_key}")
-    if xxhash.xxh3_128_digest(stored) != payload_hash:
+    if (stored_digest if stored_digest is not None else xxhash.xxh3_128_digest(stored)) != payload_hash:
         raise CorruptEntryError("payload checksum mismatch")
     if signing_key:
         if not flags & FLAG_SIGNED:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from ..core import codec
 
@@ -25,11 +26,12 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def read(self, key: str) -> bytes | None: ...
 
-    def read_parts(self, key: str) -> tuple[bytes | memoryview, bytes | memoryview] | None:
+    def read_parts(self, key: str, hasher: Any = None) -> tuple[bytes | memoryview, bytes | memoryview] | None:
         """The entry as (prefix + header, stored payload), or None when missing (core/checked.py reads
-        entries this way). Stores that can read the two pieces separately override this to skip a copy."""
+        entries this way); ``hasher``, when given, is fed the stored payload. Stores that can read the two
+        pieces separately override this to skip a copy (and hash while reading)."""
         data = self.read(key)
-        return None if data is None else codec.split(data)
+        return None if data is None else split_hashed(data, hasher)
 
     @abc.abstractmethod
     def write(self, key: str, data: bytes) -> None: ...
@@ -44,3 +46,11 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def scan(self) -> Iterator[StoredFile]: ...
+
+
+def split_hashed(data: bytes | memoryview, hasher: Any = None) -> tuple[memoryview, memoryview]:
+    """``codec.split(data)``, with the stored payload fed to ``hasher`` when one is given."""
+    head, stored = codec.split(data)
+    if hasher is not None:
+        hasher.update(stored)
+    return head, stored

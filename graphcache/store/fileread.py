@@ -30,6 +30,7 @@ from typing import Any
 
 POPULATE_FROM = 1 << 20  # reads at least this big go through the populated buffer
 _CHUNK = 1 << 30  # one pread at most this much (Linux caps a read at about 2 GiB)
+HASH_CHUNK = 1 << 20  # read this much at a time when hashing while reading: hashed while in the CPU's cache
 _MADV_POPULATE_WRITE = 23
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -74,26 +75,42 @@ def pread_all(fd: int, size: int, offset: int) -> bytes:
     return b"".join(parts)
 
 
-def read_range(fd: int, size: int, offset: int) -> bytes:
+def read_range(fd: int, size: int, offset: int, hasher: Any = None) -> bytes:
     """``size`` bytes of the open file ``fd`` from ``offset`` as a new ``bytes`` (shorter when the file
-    ends first), read with one copy into memory populated in one call (see the module docstring)."""
+    ends first), read with one copy into memory populated in one call (see the module docstring).
+
+    ``hasher`` (anything with ``update``, e.g. an xxh3 object), when given, is fed exactly the bytes
+    returned, each ``HASH_CHUNK`` right after it is read, while it is still in the CPU's cache: a
+    checksum of a 100 MB payload then costs less than a second pass over memory.
+    """
     if size < POPULATE_FROM or _NATIVE is None:
-        return pread_all(fd, size, offset)
+        data = pread_all(fd, size, offset)
+        if hasher is not None:
+            hasher.update(data)
+        return data
     new_bytes, address_of, pread, madvise, get_errno = _NATIVE
     buffer = new_bytes(None, size)  # contents uninitialized; this function is its only holder until filled
     address = address_of(buffer)
     start = -(-address // _PAGE) * _PAGE
     if size > start - address + _PAGE:
         madvise(start, (address + size - start) // _PAGE * _PAGE, _MADV_POPULATE_WRITE)  # a hint: errors ignored
+    view = memoryview(buffer) if hasher is not None else None
+    step = HASH_CHUNK if hasher is not None else _CHUNK
     done = 0
-    while done < size:
-        got = pread(fd, address + done, min(_CHUNK, size - done), offset + done)
-        if got < 0:
-            error = get_errno()
-            if error == 4:  # EINTR
-                continue
-            raise OSError(error, os.strerror(error))
-        if got == 0:
-            return buffer[:done]  # the file is shorter than it said: the caller's length check reports it
-        done += got
+    try:
+        while done < size:
+            got = pread(fd, address + done, min(step, size - done), offset + done)
+            if got < 0:
+                error = get_errno()
+                if error == 4:  # EINTR
+                    continue
+                raise OSError(error, os.strerror(error))
+            if got == 0:
+                return buffer[:done]  # the file is shorter than it said: the caller's length check reports it
+            if view is not None:
+                hasher.update(view[done:done + got])
+            done += got
+    finally:
+        if view is not None:
+            view.release()
     return buffer

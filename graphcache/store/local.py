@@ -17,7 +17,7 @@ import secrets
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import filelock
 
@@ -82,9 +82,10 @@ class LocalStore(Store):
         finally:
             os.close(fd)
 
-    def read_parts(self, key: str) -> tuple[bytes, bytes] | None:
+    def read_parts(self, key: str, hasher: Any = None) -> tuple[bytes, bytes] | None:
         """The entry as (prefix + header, stored payload), each its own ``bytes``: the payload then goes to
-        TensorFlow without being copied out of the whole file's bytes (100 MB for ResNet50).
+        TensorFlow without being copied out of the whole file's bytes (100 MB for ResNet50). ``hasher`` is
+        fed the stored payload as it is read (fileread.read_range).
 
         Two reads: the first ``HEAD_READ`` bytes (prefix, header and, for a small entry, everything), then the
         payload in one read into a ``bytes`` of its exact size (fileread.py: one copy, no join). Raises
@@ -102,8 +103,11 @@ class LocalStore(Store):
             if body > len(first):  # a header over HEAD_READ bytes
                 first += pread_all(fd, body - len(first), len(first))
             if len(first) >= size and body <= len(first):  # the whole (small) entry came in the first read
-                return first[:body], first[body:]
-            return first[:body], read_range(fd, max(0, size - body), body)
+                stored = first[body:]
+                if hasher is not None:
+                    hasher.update(stored)
+                return first[:body], stored
+            return first[:body], read_range(fd, max(0, size - body), body, hasher)
         finally:
             os.close(fd)
 

@@ -44,7 +44,7 @@ import filelock
 from ..core import codec, exits
 from ..core.checked import check
 from ..errors import CorruptEntryError
-from .base import Store, StoredFile
+from .base import Store, StoredFile, split_hashed
 from .local import LocalStore, is_key
 from .remote import RemoteStore, call_with_deadline
 
@@ -116,13 +116,13 @@ class TieredStore(Store):
             return data
         return self._fetch(key)
 
-    def read_parts(self, key: str) -> tuple[bytes | memoryview, bytes | memoryview] | None:
+    def read_parts(self, key: str, hasher: Any = None) -> tuple[bytes | memoryview, bytes | memoryview] | None:
         """The local file in two pieces (no copy of the payload); else the remote's copy, split in place."""
-        parts = self.local.read_parts(key)
+        parts = self.local.read_parts(key, hasher)
         if parts is not None or not self.breaker.closed or not is_key(key):
             return parts
         data = self._fetch(key)
-        return None if data is None else codec.split(data)
+        return None if data is None else split_hashed(data, hasher)
 
     def write(self, key: str, data: bytes) -> None:
         self.local.write(key, data)
