@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tensorflow.core.framework import graph_pb2
+from tensorflow.core.framework import graph_pb2, types_pb2
 
 from .errors import InvalidGraphError
 from .graphs import Signature
@@ -87,6 +87,19 @@ def _is_big_constant(tensor: Any) -> bool:
     return size > LIGHT_TENSOR
 
 
+_DATA_TYPES = frozenset(types_pb2.DataType.values())
+
+
+def _check_constant_dtype(node: Any, tensor: Any) -> None:
+    """A constant whose tensor has a dtype TensorFlow does not know, or not the node's own, passes the
+    importer but aborts the process when Grappler's constant folding builds the tensor (a CHECK in
+    tensor.cc; found by tests/test_fuzz.py). TensorFlow's Const kernel rejects the second at run time."""
+    declared = node.attr["dtype"].type if "dtype" in node.attr else tensor.dtype
+    if tensor.dtype not in _DATA_TYPES or tensor.dtype != declared:
+        raise InvalidGraphError(f"constant {node.name!r}: its value's dtype ({tensor.dtype}) is not a known "
+                                f"dtype matching the node's dtype ({declared})")
+
+
 def light_copy(graph_def: graph_pb2.GraphDef) -> graph_pb2.GraphDef:
     """The graph with big constants' contents left out: import checks wiring, ops, attributes and shapes
     (a Const's shape comes from its TensorProto's shape, not its bytes) without copying weights."""
@@ -97,6 +110,7 @@ def light_copy(graph_def: graph_pb2.GraphDef) -> graph_pb2.GraphDef:
     for node in graph_def.node:
         if node.op == "Const" and "value" in node.attr:
             tensor = node.attr["value"].tensor
+            _check_constant_dtype(node, tensor)
             if _is_big_constant(tensor):
                 stub = add(name=node.name, op=node.op, device=node.device, input=node.input)
                 for key, value in node.attr.items():

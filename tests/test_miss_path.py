@@ -160,6 +160,18 @@ def test_validation_rejects_what_would_abort_grappler(mlp):
                                                                    mlp.feeds))
 
 
+def test_a_constant_with_a_bad_dtype_is_rejected_before_grappler(mlp, cache):
+    """A Const whose tensor's dtype is unknown (35) or not its node's passes TensorFlow's importer and aborted
+    the process in Grappler's constant folding (found by test_fuzz.py's graph fuzzing): now InvalidGraphError."""
+    for dtype in (35, 3):  # not a DataType; int32 where the node says float
+        graph_def = type(mlp.graph_def)()
+        graph_def.CopyFrom(mlp.graph_def)
+        node = next(n for n in graph_def.node if n.op == "Const" and n.attr["dtype"].type == 1)
+        node.attr["value"].tensor.dtype = dtype
+        with pytest.raises(InvalidGraphError, match=f"constant {node.name!r}"):
+            cache.compile(graph_def, mlp.fetches, mlp.feeds)
+
+
 def test_background_threads_run_below_the_callers_priority():
     """core/priority.py: a background write or build lowers its own thread's priority, not the caller's."""
     if not sys.platform.startswith("linux"):
