@@ -21,9 +21,10 @@ Sections (each a module of benchmarks/, each figure a median of several runs, co
 12. ``session_memory``: the growth of a session running four fetch signatures of ResNet50, plain vs
     graphcache (session_memory.py, as a script; full run only).
 
-- default (``make bench``, ~25 min on 2 cores): ResNet50, MobileNetV2, InceptionV3, EfficientNetB0,
+- default (``make bench``, ~40 min on 2 cores): ResNet50, MobileNetV2, InceptionV3, EfficientNetB0,
   DenseNet121 (5 fresh processes per variant) and BERT-base (3), with the step-by-step ``parts``,
-  ``cold_parts`` and ``miss_parts`` processes; the TF1 graph (5); zstd on the six models; concurrency
+  ``cold_parts`` and ``miss_parts`` processes; Xception, NASNetMobile, ResNet101V2 (5); the TF1 graph
+  both ways (15); zstd on the six models; concurrency
   on ResNet50 (3 rounds); xla_bench's default run; accelerate_train's default
   run (600 steps); saved_model_bench (5 rounds); functions_bench's default run (3 runs of every
   workload); session_memory on ResNet50 (3 runs).
@@ -91,9 +92,11 @@ class Plan:
     sections: tuple[str, ...] = field(default=SECTIONS)
 
 
-FULL = Plan(models=("resnet50", "mobilenetv2", "inceptionv3", "efficientnetb0", "densenet121", "bert"), runs=5, bert_runs=3, parts=True, tf1_runs=5,
+# The TF1 graph's variants take about 0.1 s each, where this machine's noise is +-25% per process: 15 of each
+# (2.5 min a section) settle its median; the other models' 5 (as the table's) where 3 gave +-7% between runs.
+FULL = Plan(models=("resnet50", "mobilenetv2", "inceptionv3", "efficientnetb0", "densenet121", "bert"), runs=5, bert_runs=3, parts=True, tf1_runs=15,
             zstd_repeats=5, zstd_bert_repeats=3, store_repeats=7, concurrency_model="resnet50",
-            concurrency_procs=8, concurrency_rounds=3, xla_args=())
+            concurrency_procs=8, concurrency_rounds=3, xla_args=(), other_runs=5)
 QUICK = Plan(models=("resnet50",), runs=3, bert_runs=3, parts=False, tf1_runs=3, zstd_repeats=3, zstd_bert_repeats=3,
              store_repeats=3, concurrency_model="mobilenetv2", concurrency_procs=8, concurrency_rounds=1, xla_args=None,
              store_scale_args=("--puts", "20"), accelerate_args=("--steps", "60"), saved_model_args=None,

@@ -134,7 +134,7 @@ def _graph_ref(text: str) -> tuple[str, bytes]:
     return text, b"0"
 
 
-@dataclass
+@dataclass(slots=True)  # one per node, alive until the key is done: no per-instance dict
 class _Parsed:
     data: list[tuple[str | None, bytes]]  # (source node or None for a function argument, port)
     controls: list[str]  # distinct control-input nodes

@@ -65,7 +65,9 @@ class RunGraph:
 
     def __init__(self, target: Any, config: Any) -> None:
         self.graph = tf.Graph()
-        self.session = PlainSession(target, graph=self.graph, config=config)
+        self._target, self._config = target, config
+        self._session: PlainSession | None = None  # created at first use (see ``session``)
+        self._session_lock = threading.Lock()
         self._lock = threading.Lock()
         self._scopes: list[str] = []
         self._scope_pattern: re.Pattern[str] | None = None
@@ -77,6 +79,19 @@ class RunGraph:
         # (CompiledGraph.write_gate), not while the import and the first run need the GIL. The gates, not the
         # CompiledGraphs: those hold a second copy of the graph's bytes.
         self._unwritten: list[threading.Event] = []
+
+    @property
+    def session(self) -> PlainSession:
+        """The run graph's TensorFlow session, created at its first use: a graphcache.Session whose graphs all
+        run the plain way (small graphs, uncacheable ones) never pays for a second session (its devices,
+        thread pools) on top of its own."""
+        session = self._session
+        if session is None:
+            with self._session_lock:
+                if self._session is None:
+                    self._session = PlainSession(self._target, graph=self.graph, config=self._config)
+                session = self._session
+        return session
 
     # -- importing ------------------------------------------------------------------------------------------
     def add(self, compiled: Any, scope: str, keep: set[str], graph_def: Any = None) -> None:
@@ -186,7 +201,8 @@ class RunGraph:
 
     def close(self) -> None:
         self._first_runs_done()
-        self.session.close()
+        if self._session is not None:
+            self._session.close()
 
     # -- the way back to the user's graph ------------------------------------------------------------------------
     def user_name(self, run_name: str) -> str:

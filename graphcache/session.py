@@ -146,7 +146,7 @@ class _CachingSession:
         self._prepare_lock = threading.RLock()
         self._checked = False
         self._min_nodes = settings.min_nodes()  # read here: a bad value fails the construction, not a run
-        self._placement = Placement(self._config, self.graph, self._runner.session.list_devices)
+        self._placement = Placement(self._config, self.graph, self.list_devices)  # this session's devices
         mode = getattr(experimental_config, "accelerate", None)
         self._accelerator = accelerate.Accelerator(mode, config) if mode is not None else None
         if self._accelerator is not None and self._plain:
