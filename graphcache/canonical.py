@@ -83,7 +83,6 @@ _NO_CONSUMERS = xxhash.xxh3_128_digest(b"no consumers")
 _SKIP = DROPPED_ATTRS | {_COLOCATION}  # attributes a node's id leaves out
 _SKIP_ON_ENTER = _SKIP | {_FRAME}
 _NO_BACK: frozenset[int] = frozenset()
-_NONE: list[bytes] = []  # shared, never mutated: most nodes have no control inputs on arguments
 _EMPTY = _LEN.pack(0)
 
 
@@ -328,12 +327,12 @@ class Canonicalizer:
                     raise InvalidGraphError(f"node {node.name!r}: control input {text!r} is not in the graph")
                 arg_controls.add(index)
         ordered = sorted(controls)
-        if node.op not in _MERGE:  # only a Merge has loop back edges
-            deps = [src for src, _ in data if src is not None]
-            deps += ordered
-            return _Parsed(data, ordered, sorted(arg_controls) if arg_controls else _NONE, _NO_BACK, deps)
-        back = frozenset(i for i, (src, _) in enumerate(data) if src is not None and nodes[src].op in _NEXT_ITERATION)
-        deps = [src for i, (src, _) in enumerate(data) if src is not None and i not in back]
+        if node.op in _MERGE:  # only a Merge has loop back edges
+            back = frozenset(i for i, (src, _) in enumerate(data)
+                             if src is not None and nodes[src].op in _NEXT_ITERATION)
+            deps = [src for i, (src, _) in enumerate(data) if src is not None and i not in back]
+        else:
+            back, deps = _NO_BACK, [src for src, _ in data if src is not None]
         return _Parsed(data, ordered, sorted(arg_controls), back, deps + ordered)
 
     def _node_id(self, node: node_def_pb2.NodeDef, inputs: _Parsed, ids: dict[str, bytes], named: bool,
