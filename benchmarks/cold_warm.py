@@ -12,7 +12,7 @@ The timer then covers:
   types read from the payload for the safety check) + compiled.session() (import of the payload bytes,
   session with the optimizers off) + first run. The real API.
 - ``floor``: parse the optimized GraphDef's bytes + import + session with the optimizers off (the same
-  ConfigProto as graphcache.compiled.runtime_config(), written out here) + first run; no graphcache code
+  ConfigProto as graphcache.compile.compiled.runtime_config(), written out here) + first run; no graphcache code
   is imported. The best any cache of this optimized graph could do: warm/floor is graphcache's overhead.
 - ``miss``:  ``warm`` on an EMPTY cache dir: fingerprint, validation import, Grappler, encode, write,
   then session and first run. miss/cold is what a first-time user pays for having the cache.
@@ -83,7 +83,7 @@ def model_work_dir(model: str) -> Path:
 
 
 def floor_config() -> Any:
-    """graphcache.compiled.runtime_config() written out, so that the floor child imports no graphcache code."""
+    """graphcache.compile.compiled.runtime_config() written out, so that the floor child imports no graphcache code."""
     from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
 
     config = config_pb2.ConfigProto()
@@ -251,9 +251,9 @@ def child_warm_parts(model: str, cache_dir: str) -> dict[str, Any]:
     from tensorflow.core.framework import graph_pb2
 
     gc_import, cache_module = _import_graphcache()
-    from graphcache import graphs, importing, keys, safety
-    from graphcache.compiled import runtime_config
-    from graphcache.core import codec
+    from graphcache.compile import graphs, importing, keys, safety
+    from graphcache.compile.compiled import runtime_config
+    from graphcache.entry import codec
 
     files = common.ModelFiles.load(model)
     graph_def = graph_pb2.GraphDef.FromString(files.read_bytes())
@@ -318,9 +318,9 @@ def _prepare(cache: Any, compiled: Any, graph_def: Any, files: common.ModelFiles
              ) -> dict[str, Any]:
     """After the priming miss (untimed): save the entry's payload (the optimized GraphDef bytes the floor
     parses), check the floor's ConfigProto against runtime_config(), measure fingerprint throughput."""
-    from graphcache import graphs, keys
-    from graphcache.compiled import runtime_config
-    from graphcache.core import codec
+    from graphcache.compile import graphs, keys
+    from graphcache.compile.compiled import runtime_config
+    from graphcache.entry import codec
 
     cache.wait_for_writes()  # a big entry is written in the background
     entry = cache.store.read(compiled.key)
@@ -412,7 +412,7 @@ def bench_model(model: str, runs: int, log: Callable[[str], None] = _log, *, par
                                           optimized_path=str(optimized_path))
                 prepare = row.pop("prepare")
                 if not prepare["config_matches"]:
-                    log("WARNING: floor_config() differs from graphcache.compiled.runtime_config(): fix it")
+                    log("WARNING: floor_config() differs from graphcache.compile.compiled.runtime_config(): fix it")
             else:
                 shutil.rmtree(miss_dir, ignore_errors=True)
                 miss_dir.mkdir(parents=True)

@@ -335,7 +335,7 @@ class ModelFiles:
         return self.pb_path.read_bytes()
 
     def example_input(self, seed: int = 0) -> Any:
-        """The same input as ``graphcache.models.example_input_for`` (reimplemented: no graphcache import)."""
+        """The same input as ``benchmarks.models.example_input_for`` (reimplemented: no graphcache import)."""
         import numpy as np
 
         rng = np.random.RandomState(seed)
@@ -356,10 +356,9 @@ def sidecar_path(name: str) -> Path:
 
 
 def child_build_model(name: str) -> dict[str, Any]:
-    """(child) Freeze a model with graphcache.models and save it under ``models_dir``."""
+    """(child) Freeze a model with benchmarks.models and save it under ``models_dir``."""
     import tensorflow as tf
-
-    from graphcache.models import freeze_keras
+    from models import freeze_keras
 
     frozen = freeze_keras(name)
     data = frozen.graph_def.SerializeToString()

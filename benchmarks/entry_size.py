@@ -33,7 +33,7 @@ def child_levels(model: str, repeats: int) -> dict[str, Any]:
     """(child) Sizes, the sampling decision and the per-level trade-off for one model's payload."""
     import zstandard
 
-    from graphcache.core import codec
+    from graphcache.entry import codec
     from graphcache.store import LocalStore
 
     files = common.ModelFiles.load(model)

@@ -41,8 +41,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
 
-    from graphcache import graphs, identity, keys, models
-    from graphcache.compilers import GrapplerCompiler
+    import models
+
+    from graphcache.compile import graphs, identity, keys
+    from graphcache.compile.compilers import GrapplerCompiler
 
     base = load_base_keys(args.base)
     model = models.freeze_keras(args.model)

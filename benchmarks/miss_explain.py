@@ -44,10 +44,13 @@ def _perturbable(graph_def):
 
 
 def time_misses(kind: str, runs: int) -> dict:
+    import models
+
     import graphcache.explain.report as report
-    from graphcache import GraphCache, keys, models
+    from graphcache import GraphCache
+    from graphcache.compile import keys
+    from graphcache.compile.graphs import GraphView, Signature
     from graphcache.explain import nodes
-    from graphcache.graphs import GraphView, Signature
 
     model = models.freeze_keras(kind)
     tensor = _perturbable(model.graph_def)
@@ -104,8 +107,8 @@ def time_misses(kind: str, runs: int) -> dict:
 
 def time_index(rows: int) -> dict:
     """The index side of a miss on ``rows`` graph entries (no TensorFlow)."""
-    from graphcache.core import misses
-    from graphcache.core.index import CacheIndex, IndexRow
+    from graphcache.core.index import misses
+    from graphcache.core.index.database import CacheIndex, IndexRow
 
     def parts(i: int) -> dict[str, str]:
         return {p: f"{p[:3]}{i if p == 'graph' else i % 97:029d}" for p in misses.PARTS}  # 32 characters

@@ -142,9 +142,9 @@ def child_miss_parts(model: str, cache_dir: str) -> dict[str, Any]:
     from tensorflow.core.framework import graph_pb2
 
     _, cache_module = cold_warm._import_graphcache()
-    from graphcache import graphs, importing, keys, validation
-    from graphcache.compiled import CompiledGraph, runtime_config
-    from graphcache.core import codec, kinds
+    from graphcache.compile import graphs, importing, keys, validation
+    from graphcache.compile.compiled import CompiledGraph, runtime_config
+    from graphcache.entry import codec, kinds
 
     files = common.ModelFiles.load(model)
     graph_def = graph_pb2.GraphDef.FromString(files.read_bytes())

@@ -428,7 +428,7 @@ def write_markdown(report: dict[str, Any], path: Path, json_path: Path, charts: 
             "parses it; graphcache hands the entry's bytes to that importer directly (graphcache/importing.py), "
             "which is why warm can come in under this floor (compare the import rows of the step table).",
             "- **miss**: warm on an empty cache dir (fingerprint, validation, Grappler, encode, write included).",
-            f"- \\* **{tf1_train.DISPLAY}** (`graphcache.models.tf1_training_graph(resource_variables=False)`): the "
+            f"- \\* **{tf1_train.DISPLAY}** (`benchmarks.models.tf1_training_graph(resource_variables=False)`): the "
             "graph is built before the timer; the timer covers session creation + the initializer run + the first "
             "training step (`[train_op, loss]`): cold `tf.compat.v1.Session`, warm/miss `graphcache.Session` "
             "(both signatures hit / both compiled and written), floor `tf.compat.v1.Session` with the optimizers off "

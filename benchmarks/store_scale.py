@@ -29,8 +29,8 @@ import xxhash
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from graphcache.core import codec
 from graphcache.core.cachedir import CacheDir
+from graphcache.entry import codec
 from graphcache.store import LocalStore  # noqa: E402
 
 PAYLOAD = 16 * 1024

@@ -55,7 +55,7 @@ def child_compare(directory: str, sizes: list[int], repeats: int) -> dict[str, A
     import diskcache
     import xxhash
 
-    from graphcache.core import codec
+    from graphcache.entry import codec
     from graphcache.store import LocalStore
 
     root = Path(directory)

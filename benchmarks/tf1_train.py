@@ -1,6 +1,6 @@
 """Cold vs warm start of a non-frozen TF1 training graph: ref variables (``VariableV2``), Adam, a global step.
 
-The graph is ``graphcache.models.tf1_training_graph(resource_variables=False)``. Every measurement is one
+The graph is ``benchmarks.models.tf1_training_graph(resource_variables=False)``. Every measurement is one
 FRESH process; before its timer each child imports TensorFlow, builds the graph (Python graph
 construction, equal for all variants) and makes its batch. The timer then covers what a training
 program does before its first step returns: create the session, run the variables' initializer, run
@@ -54,7 +54,7 @@ def work_dir() -> Path:
 def child_run(variant: str, cache_dir: str | None = None) -> dict[str, Any]:
     """Session + init + first training step, timed; ``variant`` is cold, floor or graphcache (warm/miss)."""
     tf = common.warm_up()
-    from graphcache.models import tf1_training_graph  # numpy only: no graphcache runtime code
+    from models import tf1_training_graph
 
     model = tf1_training_graph(resource_variables=False)
     graph_bytes = len(model.graph.as_graph_def().SerializeToString())
@@ -62,7 +62,7 @@ def child_run(variant: str, cache_dir: str | None = None) -> dict[str, Any]:
     session_class: Any = tf.compat.v1.Session
     kwargs: dict[str, Any] = {}
     if variant == "graphcache":
-        from graphcache.session import Session  # imported before the timer, like TensorFlow
+        from graphcache.session.drop_in import Session
 
         session_class, kwargs = Session, {"cache_dir": cache_dir}
     elif variant == "floor":
@@ -87,7 +87,7 @@ def child_run(variant: str, cache_dir: str | None = None) -> dict[str, Any]:
         result.update(signatures=len(hits), hits=sum(hits))
     sess.close()
     result["peak_rss_mb"] = cold_warm._peak_rss_mb()
-    result["graphcache_runtime_loaded"] = any(m in sys.modules for m in ("graphcache.cache", "graphcache.session"))
+    result["graphcache_runtime_loaded"] = any(m in sys.modules for m in ("graphcache.cache", "graphcache.session.drop_in"))
     return result
 
 

@@ -1,6 +1,6 @@
 """XLA first-call latency: cold, warm through graphcache, warm through TensorFlow's own persistent cache.
 
-For each model (a BERT-base-sized encoder from graphcache.models.bert_encoder, and Keras ResNet50), called
+For each model (a BERT-base-sized encoder from benchmarks.models.bert_encoder, and Keras ResNet50), called
 through ``tf.function(jit_compile=True)``, every variant runs in a FRESH process (TensorFlow reads its XLA
 flags once per process; a warm process must not inherit the cold one's in-memory caches):
 
@@ -72,7 +72,7 @@ def child_run(model: str, mode: str, directory: str, layers: int = 12, seq_len: 
     start = time.perf_counter()
     keras.utils.set_random_seed(1234)
     if model == "bert":
-        from graphcache.models import bert_encoder
+        from models import bert_encoder
 
         net = bert_encoder(layers=layers, seq_len=seq_len)
         x = np.random.RandomState(0).randint(0, 30522, size=(batch, seq_len)).astype(np.int32)

@@ -34,36 +34,36 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 _LAZY = {
     "GraphCache": "graphcache.cache",
-    "CompiledGraph": "graphcache.compiled",
+    "CompiledGraph": "graphcache.compile.compiled",
     "ExperimentalConfig": "graphcache.config",
-    "Session": "graphcache.session",
-    "SessionCreator": "graphcache.session",
-    "InteractiveSession": "graphcache.session",
-    "install": "graphcache.adoption",
-    "uninstall": "graphcache.adoption",
-    "run_script": "graphcache.adoption",
-    "run_module": "graphcache.adoption",
+    "Session": "graphcache.session.drop_in",
+    "SessionCreator": "graphcache.session.drop_in",
+    "InteractiveSession": "graphcache.session.drop_in",
+    "install": "graphcache.session.adoption",
+    "uninstall": "graphcache.session.adoption",
+    "run_script": "graphcache.session.adoption",
+    "run_module": "graphcache.session.adoption",
     "TellMeStepOrLossHook": "graphcache.accelerate.hook",
     "Stats": "graphcache.core.stats",
     "CacheDir": "graphcache.core.cachedir",
-    "load_saved_model": "graphcache.saved_model",
-    "SavedModelFunction": "graphcache.saved_model",
-    "export_bundle": "graphcache.bundles",
-    "import_bundle": "graphcache.bundles",
+    "load_saved_model": "graphcache.share.saved_model",
+    "SavedModelFunction": "graphcache.share.saved_model",
+    "export_bundle": "graphcache.share.bundles",
+    "import_bundle": "graphcache.share.bundles",
     "enable_xla": "graphcache.xla",
 }
 
 if TYPE_CHECKING:
     from .accelerate.hook import TellMeStepOrLossHook
-    from .adoption import install, run_module, run_script, uninstall
-    from .bundles import export_bundle, import_bundle
     from .cache import GraphCache
-    from .compiled import CompiledGraph
+    from .compile.compiled import CompiledGraph
     from .config import ExperimentalConfig
     from .core.cachedir import CacheDir
     from .core.stats import Stats
-    from .saved_model import SavedModelFunction, load_saved_model
-    from .session import InteractiveSession, Session, SessionCreator
+    from .session.adoption import install, run_module, run_script, uninstall
+    from .session.drop_in import InteractiveSession, Session, SessionCreator
+    from .share.bundles import export_bundle, import_bundle
+    from .share.saved_model import SavedModelFunction, load_saved_model
 
 
 def __getattr__(name: str) -> Any:
@@ -78,8 +78,8 @@ def __getattr__(name: str) -> Any:
 def fingerprint(graph: Any, fetches: Any, feeds: Any = (), targets: Any = (), *, options: Any = None,
                 identity_salt: str | None = None) -> str:
     """The cache key ``GraphCache.compile`` would use for these arguments (32 hex characters)."""
-    from . import graphs, identity, keys
-    from .compilers import GrapplerCompiler
+    from .compile import graphs, identity, keys
+    from .compile.compilers import GrapplerCompiler
     from .core import settings
 
     source = graphs.load(graph)

@@ -22,18 +22,19 @@ from typing import Any
 import filelock
 from tensorflow.core.framework import graph_pb2
 
-from . import graphs, identity, importing, keys, safety, validation
 from . import xla as _xla
-from .compiled import CompiledGraph
-from .compilers import Compiler, GrapplerCompiler
-from .core import codec, kinds, priority
+from .compile import graphs, identity, importing, keys, safety, validation
+from .compile.compiled import CompiledGraph
+from .compile.compilers import Compiler, GrapplerCompiler
+from .compile.graphs import GraphView, Signature
+from .core import priority
 from .core.failures import STORAGE_ERRORS
-from .core.keyparts import version_id
 from .core.service import EntryService
 from .core.settings import ENV_FUNCTIONS, CacheSettings, resolve_flag
+from .entry import codec, kinds
+from .entry.keyparts import version_id
 from .errors import CorruptEntryError, InvalidGraphError, UnsupportedGraphError
 from .explain import report as explained
-from .graphs import GraphView, Signature
 
 log = logging.getLogger("graphcache")
 

@@ -62,13 +62,13 @@ def cache(cache_dir):
 
 @pytest.fixture(scope="session")
 def mlp():
-    from graphcache import models
+    from benchmarks import models
 
     return models.freeze_keras("mlp")
 
 
 @pytest.fixture(scope="session")
 def cnn():
-    from graphcache import models
+    from benchmarks import models
 
     return models.freeze_keras("cnn")

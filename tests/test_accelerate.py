@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 
 import graphcache
-from graphcache import accelerate, models
+from benchmarks import models
+from graphcache import accelerate
 from graphcache.accelerate.mode import AccelerateMode, parse_accelerate_mode
 
 from .helpers import run_python
@@ -522,7 +523,7 @@ def test_config_and_mode_parser_import_without_tensorflow():
 CACHED_CHILD = '''
 import json, sys, tensorflow as tf
 import graphcache
-from graphcache import models
+from benchmarks import models
 out = {{}}
 for mode in ("fast1|step|0.5", "fast|step|0.5"):
     t = models.tf1_training_graph()

@@ -70,11 +70,11 @@ print(json.dumps(out))
 def test_install_makes_every_tf1_session_a_graphcache_session_and_uninstall_restores(cache_dir):
     out = run_python(INSTALL_CHILD.format(cache_dir=str(cache_dir)))
     assert out["patched_once"]
-    assert out["type"] == "graphcache.session.Session" and out["isinstance"]
+    assert out["type"] == "graphcache.session.drop_in.Session" and out["isinstance"]
     assert out["value"] == [3.0, 6.0] and out["cache_dir"] == str(cache_dir)
     assert out["error_op"] == "x" and not out["error_mentions_run_graph"]
     assert out["module_spelling"] == "Session"
-    assert out["interactive"] == ["graphcache.session", True]
+    assert out["interactive"] == ["graphcache.session.drop_in", True]
     assert out["grappler_off_type"] == "tensorflow.python.client.session"  # nothing to cache: left plain
     assert out["explicit_uses_installed_cache"] == str(cache_dir)
     assert out["uninstalled"] == [True, False] and out["restored"]
@@ -142,7 +142,7 @@ def test_graphcache_run_of_an_unmodified_monitored_training_script_hits_and_matc
         stats.append(graphcache.GraphCache(cache_dir).stats())
     assert plain["session"] == "tensorflow.python.client.session.Session"
     for run in runs:
-        assert run["session"] == "graphcache.session.Session" and run["is_tf_session"]  # what its hooks see
+        assert run["session"] == "graphcache.session.drop_in.Session" and run["is_tf_session"]  # what its hooks see
         assert run["steps"] == plain["steps"] == 20 and run["checkpoint"] == plain["checkpoint"] == "model.ckpt-20"
         np.testing.assert_allclose(run["loss"], plain["loss"], rtol=1e-6)
     first, second = stats
@@ -250,6 +250,6 @@ def test_child_python_processes_of_the_script_install_too_when_they_import_tenso
     script = tmp_path / "spawn.py"
     script.write_text(textwrap.dedent(CHILDREN_SCRIPT))
     out = _last_json(_run(["-m", "graphcache", "run", "--cache-dir", str(cache_dir), str(script)]))
-    assert out == {"outputs": ["graphcache.session", False], "errors": []}
+    assert out == {"outputs": ["graphcache.session.drop_in", False], "errors": []}
     out = _last_json(_run(["-m", "graphcache", "run", "--no-children", "--cache-dir", str(cache_dir), str(script)]))
     assert out["outputs"] == ["tensorflow.python.client.session", False]

@@ -18,7 +18,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "graphcache"
 MAX_LINES = 600
-TF_FREE = ("graphcache.core", "graphcache.store", "graphcache.cli", "graphcache.bundles", "graphcache.push",
+TF_FREE = ("graphcache.core", "graphcache.store", "graphcache.cli", "graphcache.share.bundles", "graphcache.share.push",
            "graphcache.errors")
 TF_ROOTS = ("tensorflow", "keras", "tf_keras")
 # Lazy imports of TensorFlow-using graphcache modules are allowed only in the CLI commands that compile

@@ -19,8 +19,11 @@ import xxhash
 import zstandard
 from click.testing import CliRunner
 
-from graphcache import bundles, cli
-from graphcache.bundles import (
+from graphcache import cli
+from graphcache.core.cachedir import CacheDir
+from graphcache.entry.codec import EntryHeader, encode
+from graphcache.share import bundles
+from graphcache.share.bundles import (
     BundleError,
     BundleVersionError,
     CorruptBundleError,
@@ -29,8 +32,6 @@ from graphcache.bundles import (
     export_bundle,
     import_bundle,
 )
-from graphcache.core.cachedir import CacheDir
-from graphcache.core.codec import EntryHeader, encode
 from graphcache.store import LocalStore
 
 from .helpers import ROOT

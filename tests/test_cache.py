@@ -18,7 +18,7 @@ from .helpers import run_python
 TWO_PROCESS_CHILD = '''
 import json, sys, numpy as np, tensorflow as tf
 import graphcache
-from graphcache import models
+from benchmarks import models
 m = models.freeze_keras("cnn")
 x = m.example_input(3)
 compiled = graphcache.GraphCache(sys.argv[1] if len(sys.argv) > 1 else {cache_dir!r}).compile(
@@ -73,7 +73,7 @@ def test_outputs_equal_uncached_run(cache, request, model_name):
 
 
 def test_resnet50_outputs_equal_uncached_run(cache):
-    from graphcache import models
+    from benchmarks import models
 
     model = models.freeze_keras("resnet50")
     x = model.example_input(2)

@@ -38,8 +38,8 @@ WORKER = r'''
 import json, os, random, sys, time, traceback, warnings
 import numpy as np
 import graphcache
-from graphcache import bundles
-from graphcache.bundles.format import BundleError
+from graphcache.share import bundles
+from graphcache.share.bundles.format import BundleError
 from graphcache.core.cachedir import CacheDir
 cache_dir, spec_path, seed, log_path, stop = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 spec = json.load(open(spec_path))

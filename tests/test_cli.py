@@ -24,7 +24,6 @@ from rich.progress import Progress
 from graphcache import __version__, cli
 from graphcache.cli import manage, output
 from graphcache.core.cachedir import CacheDir
-from graphcache.core.codec import EntryHeader, encode
 from graphcache.core.filters import (
     Filter,
     FilterError,
@@ -34,9 +33,10 @@ from graphcache.core.filters import (
     parse_sort,
     sort_rows,
 )
-from graphcache.core.index import IndexRow
+from graphcache.core.index.database import IndexRow
 from graphcache.core.selection import SelectionError, no_current_version, resolve_prefix
 from graphcache.core.units import UnitError, format_size, parse_size
+from graphcache.entry.codec import EntryHeader, encode
 from graphcache.store import LocalStore
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from graphcache.core import codec
+from graphcache.entry import codec
 from graphcache.errors import CorruptEntryError
 
 KEY = "0123456789abcdef0123456789abcdef"

@@ -18,7 +18,7 @@ WORKER = r'''
 import json, os, sys, time
 import numpy as np
 import graphcache
-from graphcache.graphs import parse_graph_def
+from graphcache.compile.graphs import parse_graph_def
 cache_dir, model_path, barrier, x_path = sys.argv[1:5]
 graph_def = parse_graph_def(open(model_path, "rb").read())
 meta = json.load(open(model_path + ".json"))

@@ -27,7 +27,7 @@ TRIALS = 200 if os.environ.get("GRAPHCACHE_SLOW_TESTS") == "1" else 6
 
 WRITER = r'''
 import os, sys, time
-from graphcache.core import codec
+from graphcache.entry import codec
 from graphcache.core.cachedir import CacheDir, row_from_header
 root, real_key, real_payload_path, ready = sys.argv[1:5]
 real_payload = open(real_payload_path, "rb").read()

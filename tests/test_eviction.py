@@ -10,8 +10,8 @@ import time
 import pytest
 import xxhash
 
-from graphcache.core import codec
 from graphcache.core.cachedir import CacheDir
+from graphcache.entry import codec
 from graphcache.store import LocalStore
 
 from .helpers import ROOT
@@ -93,7 +93,7 @@ def test_reader_survives_eviction_of_the_file_it_reads(tmp_path):
 
 COUNTER_WORKER = r'''
 import sys, time, os
-from graphcache.core.index import CacheIndex
+from graphcache.core.index.database import CacheIndex
 root, barrier = sys.argv[1], sys.argv[2]
 index = CacheIndex(root)
 while not os.path.exists(barrier):

@@ -20,11 +20,13 @@ import pytest
 import tensorflow as tf
 from click.testing import CliRunner
 
-from graphcache import GraphCache, cli, keys
-from graphcache.core import codec, misses
+from graphcache import GraphCache, cli
+from graphcache.compile import keys
 from graphcache.core.cachedir import CacheDir
-from graphcache.core.index import INDEX_FILE, CacheIndex, IndexRow
-from graphcache.core.schema import MIGRATIONS, SCHEMA_V1, SCHEMA_V2, SCHEMA_VERSION, statements
+from graphcache.core.index import misses
+from graphcache.core.index.database import INDEX_FILE, CacheIndex, IndexRow
+from graphcache.core.index.schema import MIGRATIONS, SCHEMA_V1, SCHEMA_V2, SCHEMA_VERSION, statements
+from graphcache.entry import codec
 from graphcache.explain import explain, nodes
 
 from .helpers import ROOT, run_python
@@ -182,7 +184,7 @@ def test_the_node_table_round_trips_and_refuses_damage(cnn):
 
 
 def keys_view(model):
-    from graphcache.graphs import GraphView, Signature
+    from graphcache.compile.graphs import GraphView, Signature
 
     return GraphView(model.graph_def, Signature.create(model.fetches, model.feeds))
 

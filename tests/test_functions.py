@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from graphcache import GraphCache
-from graphcache.core import codec
+from graphcache.entry import codec
 from graphcache.functions import ALIAS_KIND, KIND, optimized
 from graphcache.store import LocalStore
 

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graphcache.core import codec
+from graphcache.entry import codec
 from graphcache.errors import CorruptEntryError
 
 from .helpers import ROOT, record
@@ -129,7 +129,7 @@ def worker(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def mlp_bytes():
-    from graphcache import models
+    from benchmarks import models
 
     return models.freeze_keras("mlp").graph_def.SerializeToString()
 
@@ -169,8 +169,8 @@ BUNDLE_EXAMPLES = 300 if SLOW else 40
 @pytest.fixture(scope="module")
 def bundle_bytes(tmp_path_factory):
     """A real bundle of three entries, exported from a cache dir (no TensorFlow needed)."""
-    from graphcache.bundles import export_bundle
     from graphcache.core.cachedir import CacheDir
+    from graphcache.share.bundles import export_bundle
     from graphcache.store import LocalStore
 
     root = tmp_path_factory.mktemp("bundle-src")
@@ -188,7 +188,7 @@ def bundle_bytes(tmp_path_factory):
 
 
 def test_mutated_bundles_are_refused_and_leave_nothing(bundle_bytes, tmp_path_factory):
-    from graphcache.bundles import BundleError, import_bundle
+    from graphcache.share.bundles import BundleError, import_bundle
 
     outcomes: dict[str, int] = {}
 

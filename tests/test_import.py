@@ -11,9 +11,10 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2, node_def_pb2
 
 import graphcache
-from graphcache import GraphCache, importing, safety
+from graphcache import GraphCache
 from graphcache import cache as cache_module
-from graphcache.core import codec
+from graphcache.compile import importing, safety
+from graphcache.entry import codec
 
 from .helpers import CONTROL_FLOW_MODEL, run_python
 

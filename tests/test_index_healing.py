@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from graphcache.core import codec
 from graphcache.core.cachedir import CacheDir, row_from_header
-from graphcache.core.index import CacheIndex
-from graphcache.core.rebuild import KEEP_ASIDE
-from graphcache.core.schema import SCHEMA_V1, SCHEMA_VERSION
+from graphcache.core.index.database import CacheIndex
+from graphcache.core.index.rebuild import KEEP_ASIDE
+from graphcache.core.index.schema import SCHEMA_V1, SCHEMA_VERSION
+from graphcache.entry import codec
 from graphcache.store.local import LocalStore
 
 from .helpers import FAULTS, ROOT, record

@@ -94,7 +94,7 @@ def test_iterator_is_rejected_naming_the_node(cache):
 
 
 def test_resource_and_ref_variables_are_supported(cache):
-    from graphcache import models
+    from benchmarks import models
 
     for resource in (True, False):
         training = models.tf1_training_graph(resource_variables=resource)

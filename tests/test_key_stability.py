@@ -1,7 +1,7 @@
 """Keys across process histories: the same model must get the same key whatever the process did before.
 
 Every ``keras.applications`` model that builds here with ``weights=None`` is frozen (tf.function +
-convert_variables_to_constants_v2, as graphcache.models.freeze_keras does) in child processes with
+convert_variables_to_constants_v2, as benchmarks.models.freeze_keras does) in child processes with
 different histories, and each model's key must be the same in all of them:
 
 - ``fresh``: a new process that builds only that model;
@@ -28,7 +28,7 @@ import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 import graphcache
-from graphcache import models
+from benchmarks import models
 
 from .helpers import NOISY_HISTORY, record, run_python
 
@@ -47,7 +47,7 @@ from tensorflow.python.framework.convert_to_constants import convert_variables_t
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 import graphcache
-from graphcache import models
+from benchmarks import models
 
 NAMES, HISTORY, CHUNK = {names!r}, {history!r}, {chunk!r}
 

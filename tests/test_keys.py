@@ -11,8 +11,8 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
 import graphcache
-from graphcache import keys
-from graphcache.graphs import GraphView, Signature
+from graphcache.compile import keys
+from graphcache.compile.graphs import GraphView, Signature
 
 from .helpers import CONTROL_FLOW_MODEL, NOISY_HISTORY, run_python
 
@@ -455,7 +455,8 @@ def test_tf1_optimizer_state_named_by_a_counter_is_another_key():
 
 def test_entries_of_the_old_key_scheme_are_a_stale_version_and_purged(cache_dir, mlp, monkeypatch):
     """The key scheme is part of the compiler version: entries keyed the old way can never hit again."""
-    from graphcache import GraphCache, identity
+    from graphcache import GraphCache
+    from graphcache.compile import identity
 
     assert identity.compiler_version()["keys"] == identity.KEY_SCHEME == 2
     monkeypatch.setattr(identity, "KEY_SCHEME", 1)

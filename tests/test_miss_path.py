@@ -18,9 +18,11 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
-from graphcache import InvalidGraphError, graphs, models, validation
-from graphcache.compiled import runtime_config
-from graphcache.compilers import GrapplerCompiler
+from benchmarks import models
+from graphcache import InvalidGraphError
+from graphcache.compile import graphs, validation
+from graphcache.compile.compiled import runtime_config
+from graphcache.compile.compilers import GrapplerCompiler
 from graphcache.core import priority
 
 from .helpers import CONTROL_FLOW_MODEL
@@ -122,7 +124,7 @@ def test_graphs_serialize_writes_protobufs_own_bytes(mlp, cnn):
 
 def test_grapplers_input_is_the_metagraph_it_was(mlp):
     """The MetaGraphDef handed to Grappler, built from the pieces, parses to the MetaGraphDef with the graph."""
-    from graphcache.compilers import grappler
+    from graphcache.compile.compilers import grappler
 
     signature = graphs.Signature.create(mlp.fetches, mlp.feeds)
     rest = GrapplerCompiler._signature_def(validation.validate(mlp.graph_def, signature), signature)

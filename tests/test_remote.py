@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from graphcache import GraphCache, GraphCacheWarning, cli
-from graphcache.core import codec
 from graphcache.core.cachedir import CacheDir
+from graphcache.entry import codec
 from graphcache.store import LocalStore, RemoteError, RemoteStore, TieredStore
 
 from .helpers import run_python
@@ -74,7 +74,7 @@ def entry_bytes(key: str, version: str, payload: bytes = b"x" * 1000) -> bytes:
 MACHINE_B = '''
 import json
 import graphcache
-from graphcache import models
+from benchmarks import models
 m = models.freeze_keras("mlp")
 cache = graphcache.GraphCache({cache_dir!r}, remote_timeout=5)
 compiled = cache.compile(m.graph_def, m.fetches, m.feeds)

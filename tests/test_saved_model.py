@@ -12,9 +12,9 @@ import tensorflow as tf
 
 import graphcache
 from graphcache import GraphCache
-from graphcache.core import codec
 from graphcache.core.cachedir import CacheDir
-from graphcache.saved_model import ALIAS_KIND, SavedModelError, alias_key, read_alias
+from graphcache.entry import codec
+from graphcache.share.saved_model import ALIAS_KIND, SavedModelError, alias_key, read_alias
 
 from .helpers import run_python
 
@@ -123,9 +123,9 @@ tf.compat.v1.saved_model.load = forbidden("tf.compat.v1.saved_model.load")
 convert_to_constants.convert_variables_to_constants_v2 = forbidden("convert_variables_to_constants")
 
 import graphcache
-from graphcache import saved_model
-saved_model.load_model = forbidden("graphcache.saved_model.load_model")
-saved_model.freeze_signature = forbidden("graphcache.saved_model.freeze_signature")
+from graphcache.share import saved_model
+saved_model.load_model = forbidden("graphcache.share.saved_model.load_model")
+saved_model.freeze_signature = forbidden("graphcache.share.saved_model.freeze_signature")
 
 cache = graphcache.GraphCache(CACHE_DIR)
 fn = graphcache.load_saved_model(MODEL, cache=cache)
@@ -160,7 +160,7 @@ MISS_CHILD = """
 import json, threading, time
 import numpy as np
 import graphcache
-from graphcache import saved_model
+from graphcache.share import saved_model
 
 events = []  # (what, seconds since start, thread)
 start = time.perf_counter()
@@ -230,7 +230,7 @@ def test_a_miss_answers_like_tensorflow_and_builds_for_the_next_process(tmp_path
 def test_a_second_load_in_the_process_waits_for_the_build(tmp_path, cache):
     """In one process a SavedModel is loaded once: a second load of the same files waits for the pending
     build and hits (deferred.py's single flight), it does not load the SavedModel again."""
-    from graphcache import saved_model as sm
+    from graphcache.share import saved_model as sm
 
     model = build_saved_model(tmp_path / "model")
     x = x_input(8)
@@ -312,7 +312,7 @@ def test_poisoned_target_is_checked_against_saved_model_pb(saved_model, cache_di
     from tensorflow.core.framework import graph_pb2
 
     from graphcache.core import failures
-    from graphcache.saved_model import saved_model_ops
+    from graphcache.share.saved_model import saved_model_ops
 
     from .test_trust import _add_write_file
 

@@ -9,14 +9,14 @@ import pytest
 import tensorflow as tf
 
 import graphcache
-from graphcache import models
+from benchmarks import models
 
 from .helpers import run_python
 
 TRAIN_CHILD = '''
 import json, sys, numpy as np, tensorflow as tf
 import graphcache
-from graphcache import models
+from benchmarks import models
 resource, use_cache, cache_dir = sys.argv[1:4] if len(sys.argv) > 3 else ({resource!r}, {use_cache!r}, {cache_dir!r})
 t = models.tf1_training_graph(resource_variables=resource == "1")
 if use_cache == "1":
@@ -50,7 +50,7 @@ def test_tf1_training_matches_plain_session_cold_and_warm(cache_dir, resource):
 SMALL_CHILD = '''
 import json, numpy as np, tensorflow as tf
 import graphcache
-from graphcache import models
+from benchmarks import models
 t = models.tf1_training_graph(resource_variables=False)  # 124 nodes, 16 kB
 cache = graphcache.GraphCache({cache_dir!r})
 with graphcache.Session(graph=t.graph, cache=cache) as sess:
@@ -79,7 +79,7 @@ def test_a_graph_under_min_nodes_runs_the_plain_way_and_is_counted(cache_dir):
 
 LAZY_CHILD = '''
 import json, os, graphcache
-from graphcache import models
+from benchmarks import models
 t = models.tf1_training_graph(resource_variables=False)
 sess = graphcache.Session(graph=t.graph, cache_dir={cache_dir!r})
 sess.run(t.init)
@@ -181,7 +181,7 @@ def test_default_graph_is_used_when_none_given(cache):
 def test_frozen_model_runs_like_tf_and_imports_the_compiled_bytes(cache, cnn, monkeypatch):
     """A stateless frozen graph is imported from the compiled bytes (no parse, nothing to pin); a graph
     with variables goes through the parsed GraphDef (the other tests)."""
-    from graphcache import session as session_module
+    from graphcache.session import drop_in as session_module
 
     graph = tf.Graph()
     with graph.as_default():
@@ -255,7 +255,7 @@ def test_runtime_error_in_a_computed_node_names_it(cache):
 
 
 def test_nodes_grappler_created_map_to_the_users_node_they_stand_for():
-    from graphcache.run_graph import user_node
+    from graphcache.session.run_graph import user_node
 
     graph = tf.Graph()
     with graph.as_default():

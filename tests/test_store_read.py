@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from graphcache.core import checked, codec
+from graphcache.entry import checked, codec
 from graphcache.errors import CorruptEntryError
 from graphcache.store import LocalStore, fileread, local
 

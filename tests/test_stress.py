@@ -23,7 +23,7 @@ WORKER = r'''
 import json, random, sys, time, warnings
 warnings.simplefilter("ignore")
 import graphcache
-from graphcache.graphs import parse_graph_def
+from graphcache.compile.graphs import parse_graph_def
 cache_dir, model_path, seed, seconds, barrier = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
 import os
 meta = json.load(open(model_path + ".json"))

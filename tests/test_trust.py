@@ -7,8 +7,10 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
-from graphcache import GraphCache, GraphCacheWarning, safety
-from graphcache.core import codec, failures
+from graphcache import GraphCache, GraphCacheWarning
+from graphcache.compile import safety
+from graphcache.core import failures
+from graphcache.entry import codec
 from graphcache.errors import UntrustedEntryError
 
 

@@ -13,7 +13,7 @@ from google.protobuf import text_format
 
 import graphcache
 from graphcache import GraphCache, cli
-from graphcache.warm import guess_signature, warm
+from graphcache.share.warm import guess_signature, warm
 
 from .test_saved_model import assert_outputs_equal, build_saved_model, reference
 

@@ -25,8 +25,8 @@ import xxhash
 from click.testing import CliRunner
 
 from graphcache import CacheDir, GraphCache, GraphCacheWarning, cli, xla
-from graphcache.core import codec
 from graphcache.core.versioning import remove_version_dirs
+from graphcache.entry import codec
 from graphcache.store import LocalStore, RemoteStore
 
 from .helpers import ROOT, run_python
@@ -256,7 +256,7 @@ def test_enable_after_tensorflow_started_warns_once_and_runs_uncached(tmp_path):
 DEVICE_KIND_CHILD = '''
 import json, os
 os.environ["TF_XLA_FLAGS"] = "--tf_xla_disable_constant_folding=true"
-from graphcache import identity
+from graphcache.compile import identity
 gpus, kind = identity.gpus(), identity.device_kind()
 os.environ["TF_XLA_FLAGS"] = ""  # what TensorFlow reads from here on, unless it has read the flags already
 from tensorflow.python import pywrap_tfe

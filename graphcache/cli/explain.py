@@ -19,7 +19,7 @@ import click
 from rich.console import Group, RenderableType
 from rich.table import Column
 
-from ..core import misses as recorded
+from ..core.index import misses as recorded
 from .errors import CliError
 from .options import (
     cache_dir_option,
@@ -114,7 +114,7 @@ def explain_command(graph: Path, feeds: tuple[str, ...], fetches: tuple[str, ...
         raise CliError(f"cache dir {str(root)!r} does not exist: nothing is cached there")
     from ..explain import sources  # TensorFlow: only this command needs it
     from ..explain.report import explain
-    from ..saved_model import is_saved_model_dir
+    from ..share.saved_model import is_saved_model_dir
 
     if is_saved_model_dir(graph):
         if feed_names or fetch_names or target_names:

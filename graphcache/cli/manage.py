@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.table import Column, Table
 
-from ..core import codec
-from ..core.audit import Drift, VerifyReport
 from ..core.cachedir import CacheDir
-from ..core.index import INDEX_FILE
-from ..core.keyparts import identity_id
-from ..core.rebuild import REBUILT
+from ..core.index.audit import Drift, VerifyReport
+from ..core.index.database import INDEX_FILE
+from ..core.index.rebuild import REBUILT
+from ..entry import codec
+from ..entry.keyparts import identity_id
 from ..errors import CorruptEntryError
 from .errors import PROG, CliError
 from .options import (
@@ -62,7 +62,7 @@ from .selection import purge_plan, resolve_key, select_rows
 
 if TYPE_CHECKING:
     from ..core.filters import Filter, SortOrder
-    from ..core.index import IndexRow
+    from ..core.index.database import IndexRow
     from ..store import LocalStore
 
 PURGE_CHUNK = 256  # keys per CacheDir.purge call (one progress step)

@@ -20,7 +20,7 @@ import click
 from ..core import settings
 from ..core.cachedir import CacheDir
 from ..core.filters import Filter, FilterError, SortOrder, parse_filter, parse_sort
-from ..core.index import INDEX_FILE
+from ..core.index.database import INDEX_FILE
 from ..core.units import UnitError, parse_duration, parse_size
 from ..store import LocalStore
 from .errors import CliError
@@ -185,7 +185,7 @@ filter_option = click.option(
          "(an age: 'accessed>7d' = unused for over 7 days, or an ISO date), version ('version!=current'), "
          "kind, name (globs allowed). OP: > < >= <= = !=. Quote it: --filter 'size>10MB'.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-# A GraphDef's signature, as warm and explain take it (the defaults are graphcache.warm's guesses).
+# A GraphDef's signature, as warm and explain take it (the defaults are graphcache.share.warm's guesses).
 feed_option = click.option("--feed", "feeds", multiple=True, metavar="TENSOR",
                            help="A GraphDef's input tensor (x:0), repeatable or comma-separated "
                                 "[default: its Placeholders].")

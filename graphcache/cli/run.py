@@ -43,9 +43,9 @@ _OWN_FILES = (_LOOKUP_FILE, "graphcache/cli/run.py", "/runpy.py", "<frozen runpy
 def run_command(ctx: click.Context, as_module: bool, cache_dir: Path | None, accelerate_train_mode: str | None,
                 no_children: bool, args: tuple[str, ...]) -> int:
     """Run SCRIPT (or -m MODULE) with ARGS, every TensorFlow session in it compiled through the cache."""
-    from .. import adoption
     from ..config import ExperimentalConfig
     from ..core import settings
+    from ..session import adoption
 
     if cache_dir is None:  # the group's --cache-dir (graphcache --cache-dir DIR run ...), if it has one
         cache_dir = getattr(ctx.find_root().obj, "cache_dir", None)

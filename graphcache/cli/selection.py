@@ -17,7 +17,7 @@ from .options import cache_root, current_version
 
 if TYPE_CHECKING:
     from ..core.cachedir import CacheDir
-    from ..core.index import IndexRow
+    from ..core.index.database import IndexRow
 
 
 def resolve_key(cache: CacheDir | None, prefix: str) -> str:

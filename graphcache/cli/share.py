@@ -20,7 +20,7 @@ import click
 from rich.table import Column, Table
 from rich.text import Text
 
-from .. import bundles, push
+from ..share import bundles, push
 from .errors import PROG, CliError
 from .options import (
     cache_dir_option,
@@ -40,7 +40,7 @@ from .selection import resolve_key
 
 if TYPE_CHECKING:
     from ..core.filters import Filter
-    from ..warm import WarmResult
+    from ..share.warm import WarmResult
 
 _STATUS_TEXT = {"compiled": ("compiled", "green"), "cached": ("already cached", "cyan"),
                 "uncacheable": ("not cacheable", "yellow"), "failed": ("failed", "red")}
@@ -98,8 +98,8 @@ def warm_command(paths: tuple[Path, ...], signatures: tuple[str, ...], feeds: tu
     consumers. Creates the cache dir when missing. Exits 1 when a graph failed.
     """
     mode = output_mode(as_json)
-    from .. import warm as warming  # TensorFlow: only this command needs it
     from ..cache import GraphCache
+    from ..share import warm as warming
 
     jobs = warming.plan(paths, list(signatures) or None)
     feed_names, fetch_names = _names(feeds), _names(fetches)
@@ -180,7 +180,7 @@ def import_command(bundle: Path, as_json: bool) -> None:
     if not cache.current_version():
         message(f"No compiler version is recorded in {root} yet: using this installation's "
                 "(asking TensorFlow).", style="dim")
-        from ..identity import installed_version  # imports TensorFlow: only when no version is recorded
+        from ..compile.identity import installed_version
 
         version = installed_version()
     with spinner(f"Verifying and importing {bundle}..."):

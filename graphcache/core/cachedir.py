@@ -22,13 +22,13 @@ from pathlib import Path
 from ..errors import CacheDirError
 from ..store.local import LocalStore
 from . import settings
-from .audit import VerifyReport, audit, find_drift, repair_drift
 from .failures import warn_once
 from .filters import Filter
-from .index import INDEX_ERRORS, INDEX_FILE, CacheIndex, IndexCorruptError, IndexRow
-from .rebuild import FAILED, NOT_WRITABLE, Rebuild, memory_index, rebuild_index
-from .rebuild import row_from_header as row_from_header  # re-exported: the service and bundles index entries
-from .schema import META_CHECKED
+from .index.audit import VerifyReport, audit, find_drift, repair_drift
+from .index.database import INDEX_ERRORS, INDEX_FILE, CacheIndex, IndexCorruptError, IndexRow
+from .index.rebuild import FAILED, NOT_WRITABLE, Rebuild, memory_index, rebuild_index
+from .index.rebuild import row_from_header as row_from_header
+from .index.schema import META_CHECKED
 from .selection import Selection, SelectionError, resolve_prefix, select
 from .stats import Stats
 from .units import parse_size

@@ -1,6 +1,6 @@
 """Entry filters, sort orders and sizes: the small languages of ``graphcache ls`` and ``graphcache purge``.
 
-Pure functions over :class:`~graphcache.core.index.IndexRow`, shared by the CLI and the Python API.
+Pure functions over :class:`~graphcache.core.index.database.IndexRow`, shared by the CLI and the Python API.
 
 A filter is ``FIELD OP VALUE`` with ``OP`` one of ``> < >= <= = !=``:
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-from .index import IndexRow
+from .index.database import IndexRow
 from .units import UnitError, parse_duration, parse_size
 
 __all__ = [

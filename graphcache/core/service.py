@@ -30,9 +30,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..entry import codec
+from ..entry.checked import CheckedEntry, read_checked
 from ..errors import CacheIOError, CorruptEntryError, UntrustedEntryError
 from ..store import LocalStore, RemoteStore, Store, TieredStore
-from . import codec, misses
 from .background import BackgroundWrites
 from .cachedir import (
     CacheDir,
@@ -42,10 +43,10 @@ from .cachedir import (
     tag_cache_dir,
     warn_if_shared_writable,
 )
-from .checked import CheckedEntry, read_checked
 from .failures import STORAGE_ERRORS, warn_once
-from .index import CacheIndex, IndexBusyError, IndexCorruptError, IndexRow
-from .rebuild import remove_stale_builds
+from .index import misses
+from .index.database import CacheIndex, IndexBusyError, IndexCorruptError, IndexRow
+from .index.rebuild import remove_stale_builds
 from .settings import CacheSettings
 from .stats import UNCACHEABLE_PREFIX, Stats
 from .versioning import PurgeResult, purge_stale_versions

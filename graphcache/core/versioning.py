@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .index import CacheIndex
-from .kinds import VERSION_DIRS
+from ..entry.kinds import VERSION_DIRS
+from .index.database import CacheIndex
 
 if TYPE_CHECKING:
     from ..store.local import LocalStore

@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .. import keys
+from ..compile import keys
+from ..compile.graphs import Signature
 from ..core import settings
-from ..core.misses import Candidate, Miss, identity_changes
-from ..graphs import Signature
+from ..core.index.misses import Candidate, Miss, identity_changes
 from . import nodes
 
 if TYPE_CHECKING:
@@ -193,8 +193,8 @@ def explain(graph: Any, fetches: Any, feeds: Any = (), targets: Any = (), *, cac
     the ``limit`` nearest cached entries with what differs. ``name`` defaults as in ``GraphCache.compile``
     (entries of the same name are compared first). A graph that cannot be cached says why (``reason``).
     Reads the cache only."""
+    from ..compile.graphs import GraphView, load
     from ..errors import UnsupportedGraphError
-    from ..graphs import GraphView, load
 
     source = load(graph)
     signature = Signature.create(fetches, feeds, targets)

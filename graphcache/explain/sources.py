@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import graphs, saved_model, warm
+from ..compile import graphs
+from ..share import saved_model, warm
 
 GRAPH_DEF, SAVED_MODEL = "graph_def", "saved_model"
 

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 from tensorflow.python.eager import context
 
-from ..core import codec, kinds
 from ..core.failures import STORAGE_ERRORS
+from ..entry import codec, kinds
 from ..errors import CacheIOError, CorruptEntryError, UntrustedEntryError
 from . import keying, optimized
 from .tfdir import TFDir, take_over_variable

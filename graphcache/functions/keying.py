@@ -42,9 +42,9 @@ import xxhash
 from tensorflow.core.framework import function_pb2, graph_pb2
 from tensorflow.python.framework import op_def_registry
 
-from .. import keys
-from ..core.keyparts import combine, hash_json, hash_text
-from ..graphs import GraphView, Signature, func_refs
+from ..compile import keys
+from ..compile.graphs import GraphView, Signature, func_refs
+from ..entry.keyparts import combine, hash_json, hash_text
 
 log = logging.getLogger("graphcache")
 

@@ -33,9 +33,9 @@ from collections.abc import Iterable
 from tensorflow.core.framework import function_pb2, graph_pb2, optimized_function_graph_pb2
 from tensorflow.python.framework import op_def_registry
 
-from .. import keys, safety
+from ..compile import keys, safety
+from ..compile.wire import length_delimited_tag, varint
 from ..errors import CorruptEntryError, UntrustedEntryError
-from ..wire import length_delimited_tag, varint
 
 OptimizedFunctionGraph = optimized_function_graph_pb2.OptimizedFunctionGraph
 NAME_FIELD = 1

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..core import codec
+from ..entry import codec
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any, BinaryIO
 
 import filelock
 
-from ..core import codec
+from ..entry import codec
 from .base import Store, StoredFile
 from .fileread import pread_all, read_range
 

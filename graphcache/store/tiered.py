@@ -41,8 +41,9 @@ from typing import Any
 
 import filelock
 
-from ..core import codec, exits
-from ..core.checked import check
+from ..core import exits
+from ..entry import codec
+from ..entry.checked import check
 from ..errors import CorruptEntryError
 from .base import Store, StoredFile, split_hashed
 from .local import LocalStore, is_key

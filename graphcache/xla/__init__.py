@@ -38,11 +38,11 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
+from ..compile.identity import device_kind
 from ..core import exits, settings
 from ..core.failures import warn_once
 from ..core.stats import XLA_COUNTERS
 from ..errors import CacheIOError
-from ..identity import device_kind
 from .binding import auto_clustering, bind, cpu_jit_on
 from .directory import XlaCache, XlaReport
 from .files import KIND, XLA_DIR, entry_key, well_formed, xla_root

@@ -22,8 +22,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..compile.identity import gpus
 from ..core.failures import warn_once
-from ..identity import gpus
 from .flags import TF_XLA_FLAGS, Flag, flag_bool, flags_with_directory
 
 SENTINEL_FLAG = "tf_xla_disable_constant_folding"

@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 import xxhash
 
-from ..core import codec
 from ..core.failures import STORAGE_ERRORS, warn_once
-from ..core.index import IndexRow
+from ..core.index.database import IndexRow
 from ..core.versioning import remove_version_dirs
+from ..entry import codec
 from ..errors import CorruptEntryError
 from ..store.local import LocalStore
 from ..store.tiered import TieredStore

@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import wire
-from ..core import kinds
-from ..core.keyparts import combine, hash_text
+from ..compile import wire
+from ..entry import kinds
+from ..entry.keyparts import combine, hash_text
 from ..store.local import TMP_GRACE_SECONDS, atomic_writer
 
 XLA_DIR = "xla"

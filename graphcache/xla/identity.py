@@ -17,7 +17,7 @@ from typing import Any
 
 import xxhash
 
-from ..core.keyparts import identity_id
+from ..entry.keyparts import identity_id
 from .flags import Flag, relevant_flags
 
 # CPU flags that decide which instructions an executable may use (compared as a set, hashed).

@@ -9,7 +9,7 @@ hands ``marker_group`` to its TieredStore, and ``graphcache push`` asks it for e
 
 from __future__ import annotations
 
-from ..core.codec import peek_header
+from ..entry.codec import peek_header
 from ..errors import CorruptEntryError
 from ..store.remote import is_group_id
 from .files import KIND

@@ -43,16 +43,17 @@ import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 from tensorflow.python.client import session as tf_session_lib
 
-from . import accelerate, graphs
-from . import xla as _xla
-from .cache import GraphCache
-from .compiled import runtime_config
-from .core import settings
-from .core.failures import warn_once
-from .errors import UnsupportedGraphError
+from .. import accelerate
+from .. import xla as _xla
+from ..cache import GraphCache
+from ..compile import graphs
+from ..compile.compiled import runtime_config
+from ..core import settings
+from ..core.failures import warn_once
+from ..errors import UnsupportedGraphError
+from .lazy_cache import SessionCache
 from .placement import Placement
 from .run_graph import Imported, RunGraph, release_freed_memory, retyped
-from .session_cache import SessionCache
 
 log = logging.getLogger("graphcache")
 

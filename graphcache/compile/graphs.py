@@ -17,9 +17,9 @@ from google.protobuf import message as _pb_message
 from google.protobuf import text_format
 from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, node_def_pb2, types_pb2
 
+from ..core.settings import SMALL_GRAPH_BYTES
+from ..errors import InvalidGraphError, UnsupportedGraphError
 from . import wire
-from .core.settings import SMALL_GRAPH_BYTES
-from .errors import InvalidGraphError, UnsupportedGraphError
 
 # -- loading ---------------------------------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Cache warming: compile SavedModels and frozen GraphDefs into a cache dir ahead of time (e.g. in CI).
 
-    results = graphcache.warm.warm(["/models/resnet", "frozen.pb"], cache)
+    results = graphcache.share.warm.warm(["/models/resnet", "frozen.pb"], cache)
 
 - A SavedModel directory: every signature (or the ones asked for) is frozen and compiled exactly as
   :func:`graphcache.load_saved_model` does it, and the same alias entry is written, so a later
@@ -28,10 +28,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import graphs, saved_model
-from .cache import GraphCache
-from .errors import UnsupportedGraphError
-from .graphs import Signature
+from ..cache import GraphCache
+from ..compile import graphs
+from ..compile.graphs import Signature
+from ..errors import UnsupportedGraphError
+from . import saved_model
 
 log = logging.getLogger("graphcache")
 

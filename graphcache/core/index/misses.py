@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import codec, kinds
-from .index import CacheIndex, IndexRow
+from ...entry import codec, kinds
+from .database import CacheIndex, IndexRow
 from .schema import UPSERT, row_values
 
 # The named parts of a graph key, in keys.PART_ORDER's order (keys.py needs TensorFlow; a test checks that

@@ -12,11 +12,12 @@ from typing import Any
 
 import filelock
 
-from ..core import codec, settings
-from ..core.cachedir import CacheDir, row_from_header
-from ..core.checked import read_checked
-from ..errors import CorruptEntryError
-from ..store.local import LOCKS_DIR
+from ...core import settings
+from ...core.cachedir import CacheDir, row_from_header
+from ...entry import codec
+from ...entry.checked import read_checked
+from ...errors import CorruptEntryError
+from ...store.local import LOCKS_DIR
 from .format import IMPORT_LOCK, BundleError, BundleVersionError, scan
 from .targets import open_target, signing_key_for
 

@@ -6,9 +6,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from ..core import settings
-from ..core.cachedir import CacheDir
-from ..core.service import EntryService
+from ...core import settings
+from ...core.cachedir import CacheDir
+from ...core.service import EntryService
 from .format import BundleError
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..entry.keyparts import combine, hash_json, hash_text
 from .canonical import (
     DROPPED_ATTRS,
     LARGE_TENSOR,
@@ -27,7 +28,6 @@ from .canonical import (
     canonical_graph,
     named_by_node,
 )
-from .core.keyparts import combine, hash_json, hash_text
 from .graphs import GraphView, Signature, input_node
 
 log = logging.getLogger("graphcache")

@@ -23,16 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import CorruptEntryError
-from . import codec
-from .checked import read_checked
-from .index import CacheIndex, IndexProblem, IndexRow
+from ...entry import codec
+from ...entry.checked import read_checked
+from ...errors import CorruptEntryError
+from .database import CacheIndex, IndexProblem, IndexRow
 from .rebuild import Rebuild, recovered_versions, row_from_header
 
 if TYPE_CHECKING:
-    from ..store.base import StoredFile
-    from ..store.local import LocalStore
-    from .cachedir import CacheDir
+    from ...store.base import StoredFile
+    from ...store.local import LocalStore
+    from ..cachedir import CacheDir
 
 DRIFT_KINDS = {
     "missing_files": "indexed entries whose file is gone",

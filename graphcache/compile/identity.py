@@ -16,8 +16,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .core import codec
-from .core.keyparts import version_id
+from ..entry import codec
+from ..entry.keyparts import version_id
 
 # The version of the key scheme (keys.py, canonical.py). A new scheme gives every graph a new key, so entries under
 # the old one could never hit again: being part of the version, they are purged as a stale version.
@@ -136,6 +136,6 @@ def compiler_identity(salt: str, backend_name: str, backend_options: dict[str, A
 
 def installed_version(salt: str | None = None) -> str:
     """The compiler version id of this installation (``identity_salt`` default: GRAPHCACHE_IDENTITY_SALT)."""
-    from .core import settings
+    from ..core import settings
 
     return version_id(compiler_version(settings.resolve_str(salt, settings.ENV_IDENTITY_SALT)))

@@ -64,15 +64,16 @@ import numpy as np
 import xxhash
 from google.protobuf import message as pb_message
 
-from . import deferred, safety
-from .cache import GraphCache
-from .compiled import CompiledGraph
-from .core import codec, kinds
-from .core.failures import STORAGE_ERRORS, warn_once
-from .core.keyparts import combine, hash_json, hash_text
-from .errors import GraphCacheError, InvalidGraphError, UnsupportedGraphError
-from .graphs import GraphView, Signature
-from .store.local import is_key
+from ..cache import GraphCache
+from ..compile import safety
+from ..compile.compiled import CompiledGraph
+from ..compile.graphs import GraphView, Signature
+from ..core.failures import STORAGE_ERRORS, warn_once
+from ..entry import codec, kinds
+from ..entry.keyparts import combine, hash_json, hash_text
+from ..errors import GraphCacheError, InvalidGraphError, UnsupportedGraphError
+from ..store.local import is_key
+from . import deferred
 
 log = logging.getLogger("graphcache")
 

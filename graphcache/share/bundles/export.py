@@ -16,12 +16,12 @@ from typing import Any
 import xxhash
 import zstandard
 
-from ..core import kinds
-from ..core.checked import read_entry_file
-from ..core.filters import Filter
-from ..core.keyparts import identity_id
-from ..errors import CorruptEntryError
-from ..store.local import atomic_writer, is_key
+from ...core.filters import Filter
+from ...entry import kinds
+from ...entry.checked import read_entry_file
+from ...entry.keyparts import identity_id
+from ...errors import CorruptEntryError
+from ...store.local import atomic_writer, is_key
 from .format import BUNDLE_FORMAT, BUNDLE_VERSION, MANIFEST, ZSTD_LEVEL, BundleError
 from .targets import open_target, signing_key_for
 
@@ -131,7 +131,7 @@ def export_bundle(source: Any, path: str | os.PathLike[str], keys: Iterable[str]
 
 
 def _package_version() -> str:
-    from .. import __version__
+    from ... import __version__
 
     return __version__
 

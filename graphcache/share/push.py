@@ -17,12 +17,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .core.cachedir import CacheDir
-from .core.checked import read_entry_file
-from .core.filters import Filter
-from .errors import CorruptEntryError
-from .store.remote import RemoteStore
-from .xla.markers import marker_group
+from ..core.cachedir import CacheDir
+from ..core.filters import Filter
+from ..entry.checked import read_entry_file
+from ..errors import CorruptEntryError
+from ..store.remote import RemoteStore
+from ..xla.markers import marker_group
 
 
 @dataclass

@@ -16,8 +16,8 @@ def _main() -> None:
     if os.environ.get("GRAPHCACHE_INSTALL") == "1":
         try:
             if importlib.util.find_spec("graphcache") is None:  # not installed where this Python looks
-                sys.path.append(os.path.dirname(os.path.dirname(here)))
-            from graphcache.adoption import install_when_tensorflow_is_imported
+                sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(here))))
+            from graphcache.session.adoption import install_when_tensorflow_is_imported
 
             install_when_tensorflow_is_imported()
         except Exception as exc:

@@ -39,11 +39,12 @@ from pathlib import Path
 
 import filelock
 
-from ..errors import CorruptEntryError
-from ..store.local import LOCKS_DIR, TMP_GRACE_SECONDS, LocalStore
-from . import codec
-from .failures import STORAGE_ERRORS
-from .index import (
+from ...entry import codec
+from ...entry.keyparts import identity_id
+from ...errors import CorruptEntryError
+from ...store.local import LOCKS_DIR, TMP_GRACE_SECONDS, LocalStore
+from ..failures import STORAGE_ERRORS
+from .database import (
     INDEX_ERRORS,
     INDEX_FILE,
     CacheIndex,
@@ -53,7 +54,6 @@ from .index import (
     copy_index,
     probe_built,
 )
-from .keyparts import identity_id
 from .schema import write_index
 
 log = logging.getLogger("graphcache")

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .core.settings import ENV_ACCELERATE, ENV_INSTALL
+from ..core.settings import ENV_ACCELERATE, ENV_INSTALL
 
 CHILD_SITE = Path(__file__).resolve().parent / "child_site"
 
@@ -66,8 +66,8 @@ def install(cache: Any = None, *, cache_dir: str | os.PathLike[str] | None = Non
     Thread-safe. Returns the GraphCache.
     """
     global _state
-    from . import session as gc_session
-    from .cache import GraphCache
+    from ..cache import GraphCache
+    from . import drop_in as gc_session
 
     if cache is not None and (cache_dir is not None or settings):
         raise TypeError("graphcache.install(): pass cache=GraphCache(...) or cache_dir=/settings, not both")
@@ -77,7 +77,7 @@ def install(cache: Any = None, *, cache_dir: str | os.PathLike[str] | None = Non
                 cache_dir = experimental_config.graph_compiler_cache_dir
             cache = GraphCache(cache_dir, functions=functions, **settings)
         elif functions and not cache.disabled:
-            from . import functions as gc_functions
+            from .. import functions as gc_functions
 
             gc_functions.enable(cache)
         gc_session.DEFAULTS.set(cache, experimental_config)
@@ -101,12 +101,12 @@ def uninstall() -> bool:
     with _lock:
         if _state is None:
             return False
-        from . import session as gc_session
+        from . import drop_in as gc_session
 
         for tf_class, original in _state.originals.items():
             tf_class.__init__ = original
         gc_session.DEFAULTS.set(None, None)
-        from . import functions as gc_functions
+        from .. import functions as gc_functions
 
         gc_functions.disable()
         _state = None
@@ -131,7 +131,7 @@ def _redirecting_init(tf_class: type, gc_class: type, original: Any) -> Any:
 
 def _wants_cache(args: tuple, kwargs: dict) -> bool:
     """Whether a session made with these arguments should be a graphcache session."""
-    from .core import settings
+    from ..core import settings
 
     if settings.disabled():
         return False
@@ -215,7 +215,7 @@ def install_from_environment() -> None:
     experimental_config = None
     mode = os.environ.get(ENV_ACCELERATE)
     if mode:
-        from .config import ExperimentalConfig
+        from ..config import ExperimentalConfig
 
         experimental_config = ExperimentalConfig(accelerate_train_mode=mode)
     install(experimental_config=experimental_config)

@@ -29,7 +29,7 @@ from typing import Any
 
 from tensorflow.core.framework import graph_pb2, types_pb2
 
-from .errors import InvalidGraphError
+from ..errors import InvalidGraphError
 from .graphs import Signature
 
 LIGHT_TENSOR = 1024  # constants larger than this (bytes) are stubbed for validation: dtype and shape kept

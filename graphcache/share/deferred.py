@@ -28,9 +28,9 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from .core import exits, priority
-from .core.failures import warn_once
-from .errors import GraphCacheError
+from ..core import exits, priority
+from ..core.failures import warn_once
+from ..errors import GraphCacheError
 
 log = logging.getLogger("graphcache")
 

@@ -55,7 +55,7 @@ from typing import Any
 import xxhash
 from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, node_def_pb2, tensor_pb2
 
-from .errors import InvalidGraphError
+from ..errors import InvalidGraphError
 from .graphs import GraphView
 
 # Internal attributes left out of the key, each with why it cannot change the compiled result.

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .index import IndexRow
+    from .database import IndexRow
 
 SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS entries (

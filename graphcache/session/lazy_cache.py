@@ -12,10 +12,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .cache import GraphCache
-from .core.cachedir import resolve_cache_dir
-from .core.failures import warn_once
-from .errors import CacheDirError
+from ..cache import GraphCache
+from ..core.cachedir import resolve_cache_dir
+from ..core.failures import warn_once
+from ..errors import CacheDirError
 
 
 class SessionCache:

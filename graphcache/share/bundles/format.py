@@ -21,10 +21,11 @@ from typing import Any, BinaryIO
 import xxhash
 import zstandard
 
-from ..core import codec, settings
-from ..core.checked import check
-from ..errors import CorruptEntryError, GraphCacheError, UntrustedEntryError
-from ..store.local import is_key
+from ...core import settings
+from ...entry import codec
+from ...entry.checked import check
+from ...errors import CorruptEntryError, GraphCacheError, UntrustedEntryError
+from ...store.local import is_key
 
 BUNDLE_FORMAT = "graphcache-bundle"
 BUNDLE_VERSION = 1

@@ -19,8 +19,8 @@ from typing import Any
 from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import config_pb2, device_properties_pb2, meta_graph_pb2
 
+from ...errors import InvalidGraphError
 from .. import graphs, identity, wire
-from ..errors import InvalidGraphError
 from ..graphs import Signature
 from .base import Compiler
 
