@@ -282,7 +282,7 @@ def child_warm_parts(model: str, cache_dir: str) -> dict[str, Any]:
     step("scan")
     fingerprint = keys.compute(view, None, identity, name=model)
     step("hash")
-    hasher = codec.payload_hasher()  # as core/checked.py reads: the payload hashed while it is read
+    hasher = codec.payload_hasher()  # as entry/checked.py reads: the payload hashed while it is read
     parts = cache.store.read_parts(fingerprint.key, hasher)
     if parts is None:
         raise RuntimeError(f"entry {fingerprint.key} is not in {cache_dir}: the warm cache was not primed")

@@ -11,7 +11,7 @@ records the RSS again: the growth is what the session and its runs cost. Variant
 The signatures (default 4, ResNet50): the model's output alone, then the output plus one intermediate ReLU
 (at 1/4, 1/2, 3/4 of the graph): each compiles to a graph holding all of the model's weights, so a session
 that imported each compiled graph as it is would hold one copy of the weights per signature.
-graphcache shares those constants (graphcache/run_graph.py). Prints the median growth per variant over
+graphcache shares those constants (graphcache/session/run_graph.py). Prints the median growth per variant over
 ``--runs`` processes and the ratios to plain (goal: <= 1.1x).
 
     python benchmarks/session_memory.py [--model resnet50] [--signatures 4] [--runs 3] [--json PATH]

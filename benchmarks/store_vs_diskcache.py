@@ -77,7 +77,7 @@ def child_compare(directory: str, sizes: list[int], repeats: int) -> dict[str, A
                     store.write(key, data)
                     t2 = time.perf_counter()
                     del data
-                    hasher = codec.payload_hasher()  # as a hit reads (core/checked.py): hashed while read
+                    hasher = codec.payload_hasher()  # as a hit reads (entry/checked.py): hashed while read
                     parts = store.read_parts(key, hasher)
                     t3 = time.perf_counter()
                     _, got = codec.decode_parts(*parts, key, stored_digest=hasher.digest())

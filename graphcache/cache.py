@@ -19,22 +19,17 @@ import time
 from datetime import timedelta
 from typing import Any
 
-import filelock
-from tensorflow.core.framework import graph_pb2
-
-from . import xla as _xla
-from .compile import graphs, identity, importing, keys, safety, validation
+from .compile import graphs, identity, importing, keys, pipeline, safety
 from .compile.compiled import CompiledGraph
 from .compile.compilers import Compiler, GrapplerCompiler
 from .compile.graphs import GraphView, Signature
-from .core import priority
+from .core import plugins, priority
 from .core.failures import STORAGE_ERRORS
 from .core.service import EntryService
-from .core.settings import ENV_FUNCTIONS, CacheSettings, resolve_flag
+from .core.settings import ENV_FUNCTIONS, ENV_XLA, CacheSettings, resolve_flag
 from .entry import codec, kinds
 from .entry.keyparts import version_id
 from .errors import CorruptEntryError, InvalidGraphError, UnsupportedGraphError
-from .explain import report as explained
 
 log = logging.getLogger("graphcache")
 
@@ -84,14 +79,14 @@ class GraphCache(EntryService):
         self._identity: dict[str, Any] | None = None
         self._identity_lock = threading.Lock()
         version_info = identity.compiler_version(settings.identity_salt)
-        super().__init__(cache_dir, settings, version=version_id(version_info), version_info=version_info,
-                         marker_group=_xla.marker_group)
-        if not self.disabled and _xla.requested(xla):  # XLA executables under this cache (xla/)
-            _xla.enable_xla(self)
-        if not self.disabled and resolve_flag(functions, ENV_FUNCTIONS):
-            from . import functions as _functions  # TF2 functions' first calls (functions/)
-
-            _functions.enable(self)
+        super().__init__(cache_dir, settings, version=version_id(version_info), version_info=version_info)
+        if self.disabled:
+            return
+        self.hooks.want("explain")  # misses explain themselves (explain/), enabled at the first miss
+        if resolve_flag(xla, ENV_XLA):  # XLA executables under this cache (xla/)
+            plugins.enable(self, "xla")
+        if resolve_flag(functions, ENV_FUNCTIONS):  # TF2 functions' first calls (functions/)
+            plugins.enable(self, "functions")
 
     @property
     def identity(self) -> dict[str, Any]:
@@ -165,9 +160,10 @@ class GraphCache(EntryService):
             graph_def, data, seconds = self._compile_now(source, signature, options)
             return CompiledGraph(fp.key, False, graph_def, seconds, label, signature, serialized=data)
         try:
-            lock = self.store.lock_for(fp.key, self.lock_timeout)
-            lock.acquire()
-        except filelock.Timeout as exc:
+            lock = self.store.lock(fp.key, self.lock_timeout)
+            if lock is not None:
+                lock.acquire()
+        except TimeoutError as exc:
             self.failure("lock_timeout", f"waiting {self.lock_timeout:.0f}s for the compile lock", exc)
             lock = None
         except STORAGE_ERRORS as exc:
@@ -199,17 +195,8 @@ class GraphCache(EntryService):
                 lock.release()
 
     def _compile_now(self, source: graphs.Source, signature: Signature, options: Any
-                     ) -> tuple[graph_pb2.GraphDef | None, bytes, float]:
-        """Validate and compile: (the GraphDef when it had to be parsed, its bytes, seconds)."""
-        start = time.perf_counter()
-        tf_graph = source.tf_graph if source.tf_graph is not None else validation.validate(source.graph_def, signature)
-        data = self.compiler.compile_serialized(source.graph_def, tf_graph, signature, options)
-        graph_def = None
-        if importing.library_bytes(data):  # library functions get content-derived names (keys.py)
-            graph_def = graph_pb2.GraphDef.FromString(data)
-            keys.canonical_function_names(graph_def)
-            data = graphs.serialize(graph_def)
-        return graph_def, data, time.perf_counter() - start
+                     ) -> tuple[Any, bytes, float]:
+        return pipeline.compile_now(self.compiler, source, signature, options)
 
     # -- graph entries ---------------------------------------------------------------------------------------
     def read_graph(self, key: str, source_ops: set[str]) -> tuple[codec.EntryHeader, bytes] | None:
@@ -217,7 +204,7 @@ class GraphCache(EntryService):
         source's op types (safety.py), or None: missing, corrupt or untrusted entries are handled (fail
         open) and missed. The op types are read from the bytes (importing.wire_op_types): the weights are
         not parsed here, TensorFlow's importer parses them once."""
-        entry = self.read_entry(key)
+        entry = self.read_entry(key, kind=kinds.GRAPH)
         if entry is None:
             return None
         header, payload = entry
@@ -243,20 +230,12 @@ class GraphCache(EntryService):
                              serialized=data)
 
     def _save(self, fp: keys.Fingerprint, data: bytes, seconds: float, signature: Signature, label: str) -> None:
-        explained.note_miss(self, fp, label, signature)  # the index's record of misses (explain/report.py)
+        extra = self.hooks.miss(self, plugins.MissEvent(fp, label, signature))  # e.g. explain/: a node table
         header = codec.EntryHeader(
             key=fp.key, version=self.version, identity=self.identity, name=label, kind=kinds.GRAPH,
             created=time.time(), compile_seconds=seconds, key_parts=fp.parts,
-            extra={**signature.as_dict(), **explained.table_extra(fp)})
+            extra={**signature.as_dict(), **extra})
         self.write_entry(header, data)
-
-    def flush(self, timeout: float | None = None) -> bool:
-        """Store new XLA executables, then wait (at most ``timeout`` seconds) for background writes and
-        uploads to the remote; True when none is pending (see EntryService.flush)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        self.wait_for_writes(timeout)
-        _xla.sync(self)  # new XLA executables become entries first, so they are uploaded too
-        return super().flush(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def __repr__(self) -> str:
         return f"GraphCache({str(self.cache_dir)!r}, version={self.version!r})"

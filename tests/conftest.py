@@ -32,16 +32,16 @@ def pytest_terminal_summary(terminalreporter):
 
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch, tmp_path):
-    """No test reads the user's cache dir or settings; warn-once state is per test."""
+    """No test reads the user's cache dir or settings; process state (warnings, install, plugins) is per test."""
     for name in list(os.environ):
         if name.startswith("GRAPHCACHE_") and name != "GRAPHCACHE_SLOW_TESTS":
             monkeypatch.delenv(name)
     monkeypatch.setenv("GRAPHCACHE_DIR", str(tmp_path / "default-cache"))
     # The tests' graphs are small: cache them all (test_session.py tests the small-graph rule itself).
     monkeypatch.setenv("GRAPHCACHE_MIN_NODES", "0")
-    from graphcache.core.failures import reset_warnings
+    from graphcache import runtime
 
-    reset_warnings()
+    runtime.reset()
     warnings.simplefilter("default")
     yield
 

@@ -1,4 +1,4 @@
-"""Zero-code adoption: graphcache.install()/uninstall() and ``graphcache run`` (graphcache/adoption.py, cli/run.py).
+"""Zero-code adoption: graphcache.install()/uninstall() and ``graphcache run`` (graphcache/session/adoption.py, cli/run.py).
 
 Everything here patches TensorFlow process-wide or runs a script, so each test runs in fresh processes.
 """

@@ -75,7 +75,7 @@ def test_lock_file_errors(cache, mlp, monkeypatch):
     def failing_lock(key, timeout):
         raise OSError(errno.EACCES, os.strerror(errno.EACCES))
 
-    monkeypatch.setattr(cache.store, "lock_for", failing_lock)
+    monkeypatch.setattr(cache.store, "lock", failing_lock)
     FAULTS.append("EACCES on the lock file")
     results, ours = _compile_all(cache, mlp)
     assert len(ours) == 1 and "compile lock" in str(ours[0].message)

@@ -1,4 +1,4 @@
-"""The index heals itself and the cache dir converges (core/rebuild.py, core/audit.py, CacheDir).
+"""The index heals itself and the cache dir converges (core/index/rebuild.py, core/index/audit.py, CacheDir).
 
 The index is derived data: every entry file describes itself. So a damaged ``index.db`` (bit flips,
 truncated, random bytes, emptied, a -wal/-shm that cannot be opened) is set aside and rebuilt from the entry

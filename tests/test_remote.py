@@ -17,7 +17,8 @@ from click.testing import CliRunner
 from graphcache import GraphCache, GraphCacheWarning, cli
 from graphcache.core.cachedir import CacheDir
 from graphcache.entry import codec
-from graphcache.store import LocalStore, RemoteError, RemoteStore, TieredStore
+from graphcache.core.tier import MISS_TTL, RemoteTier
+from graphcache.store import LocalStore, RemoteError, RemoteStore
 
 from .helpers import run_python
 from .s3server import BlackHole, S3Server, apply_env
@@ -96,7 +97,7 @@ def test_second_machine_hits_from_the_bucket_without_compiling(s3, tmp_path, mlp
     # the documented layout: PREFIX/v1/<version>/<key>.gce, the same bytes as the local entry
     objects = s3.objects()
     assert list(objects) == [f"{PREFIX}/v1/{a.version}/{compiled.key}.gce"]
-    assert objects[f"{PREFIX}/v1/{a.version}/{compiled.key}.gce"] == a.store.local.read(compiled.key)
+    assert objects[f"{PREFIX}/v1/{a.version}/{compiled.key}.gce"] == a.store.read(compiled.key)
     assert stats.upload_bytes == len(objects[f"{PREFIX}/v1/{a.version}/{compiled.key}.gce"])
 
     b_dir = tmp_path / "b"
@@ -116,7 +117,7 @@ def test_fetched_entry_is_stored_locally_and_served_from_there(s3, tmp_path, cnn
     b = machine(tmp_path, "b", remote=s3.url)
     first = b.compile(cnn.graph_def, cnn.fetches, cnn.feeds)
     assert first.hit and b.stats().remote_hits == 1
-    assert b.store.local.read(first.key) is not None and [r.key for r in b.entries()] == [first.key]
+    assert b.store.read(first.key) is not None and [r.key for r in b.entries()] == [first.key]
     assert b.verify() == []
     s3.server.put(s3.name, f"{PREFIX}/v1/{b.version}/{first.key}.gce", b"gone bad")  # not read again:
     second = b.compile(cnn.graph_def, cnn.fetches, cnn.feeds)
@@ -131,13 +132,14 @@ def test_uploads_finish_at_exit_without_flush(s3, tmp_path):
     (tmp_path / "entry").write_bytes(data)
     child = f'''
         import json, pathlib
-        from graphcache.store import LocalStore, RemoteStore, TieredStore
+        from graphcache.core.tier import RemoteTier
+        from graphcache.store import RemoteStore
         remote = RemoteStore({s3.url!r}, version="tf0-exit", timeout=10)
-        store = TieredStore(LocalStore({str(tmp_path)!r}), remote, store_fetched=lambda h, p: None,
-                            count=lambda **d: None, warn=lambda kind, text: print(text))
-        assert store.read({key!r}) is None  # a lookup first, as a compile does
-        store.write({key!r}, pathlib.Path({str(tmp_path / "entry")!r}).read_bytes())
-        print(json.dumps({{"pending": store.pending_uploads, "tf": "tensorflow" in __import__("sys").modules}}))
+        tier = RemoteTier(remote, timeout=10, retry_after=60, on_failure=lambda what, exc: print(what, exc),
+                          on_upload=lambda size: None)
+        assert tier.fetch({key!r}) is None  # a lookup first, as a compile does
+        tier.upload({key!r}, pathlib.Path({str(tmp_path / "entry")!r}).read_bytes())
+        print(json.dumps({{"pending": tier.pending_uploads, "tf": "tensorflow" in __import__("sys").modules}}))
     '''
     out = run_python(child, timeout=120)
     assert not out["tf"]
@@ -150,7 +152,8 @@ def test_endpoint_from_options_or_fsspec_config(s3, tmp_path, monkeypatch):
     key = "12" * 16
     cache = machine(tmp_path, "a", remote=s3.url, remote_options={"endpoint_url": s3.server.endpoint})
     cache.remote.write(key, entry_bytes(key, cache.version))
-    assert cache.store.read(key) == entry_bytes(key, cache.version)  # read-through from the bucket
+    assert cache.store.read(key) is None and cache.read_entry(key) is not None  # read-through from the bucket
+    assert cache.store.read(key) is not None and cache.stats().remote_hits == 1  # and kept locally
     out = run_python(f'''
         import json
         from graphcache.store import RemoteStore
@@ -188,7 +191,7 @@ def test_server_stopped_mid_run(monkeypatch, tmp_path, mlp, cnn):
         assert len(texts) == 1 and "remote" in texts[0] and url in texts[0], texts
         stats = cache.stats()
         assert (stats.remote_errors, stats.uploads, stats.compiles, stats.remote_hits) == (1, 1, 2, 0)
-        assert cache.store.local.read(compiled.key) is not None  # cached locally all the same
+        assert cache.store.read(compiled.key) is not None  # cached locally all the same
     finally:
         server.stop()
 
@@ -239,7 +242,7 @@ def test_corrupt_remote_object_is_a_counted_miss(s3, tmp_path, mlp):
     assert not compiled.hit
     stats = b.stats()
     assert (stats.remote_errors, stats.remote_hits, stats.hits, stats.compiles) == (1, 0, 0, 1)
-    assert b.verify() == [] and b.store.local.read(key) is not None  # B's own compile, not the bad object
+    assert b.verify() == [] and b.store.read(key) is not None  # B's own compile, not the bad object
     np.testing.assert_allclose(run_model(compiled, mlp), run_model(a.compile(mlp.graph_def, mlp.fetches,
                                                                              mlp.feeds), mlp))
     assert b.flush(timeout=30)
@@ -260,7 +263,7 @@ def test_read_only_machine_reads_but_uploads_nothing(s3, tmp_path, monkeypatch, 
     assert list(s3.objects()) == [f"{PREFIX}/v1/{reader.version}/{shared}.gce"]
     stats = reader.stats()
     assert (stats.uploads, stats.remote_hits, stats.compiles, stats.remote_errors) == (0, 1, 1, 0)
-    assert reader.store.local.read(own.key) is not None  # still cached locally
+    assert reader.store.read(own.key) is not None  # still cached locally
 
 
 # -- any fsspec URL: a shared path ---------------------------------------------------------------------------------
@@ -283,8 +286,8 @@ def test_remote_settings(tmp_path, monkeypatch):
     monkeypatch.setenv("GRAPHCACHE_REMOTE", (tmp_path / "shared").as_uri())
     monkeypatch.setenv("GRAPHCACHE_REMOTE_TIMEOUT", "2.5")
     cache = machine(tmp_path, "a", remote_timeout=None)
-    assert isinstance(cache.store, TieredStore) and cache.remote.timeout == 2.5
-    assert cache.store.breaker.retry_after == 60 and not cache.remote.read_only
+    assert cache.tier is not None and cache.remote.timeout == cache.tier.timeout == 2.5
+    assert cache.tier.breaker.retry_after == 60 and not cache.remote.read_only
     assert GraphCache(tmp_path / "a", remote="").remote is None  # an explicit "" turns the env's remote off
     assert GraphCache(tmp_path / "a", remote="").flush() is True
     monkeypatch.setenv("GRAPHCACHE_DISABLE", "1")
@@ -296,15 +299,24 @@ def test_remote_settings(tmp_path, monkeypatch):
         RemoteStore(str(tmp_path), version="v", read_only=True).write("a" * 32, b"")
 
 
-def test_tiered_store_keeps_local_store_semantics(tmp_path):
+def test_the_remote_tier_moves_bytes_and_checks_nothing(tmp_path, monkeypatch):
+    """core/tier.py bounds and schedules remote traffic; verifying what comes back is the entry service's."""
     remote = RemoteStore((tmp_path / "shared").as_uri(), version="v")
-    store = TieredStore(LocalStore(tmp_path), remote, store_fetched=lambda h, p: None, count=lambda **d: None,
-                        warn=lambda kind, text: None)
-    key = "cd" * 16
-    store.write(key, entry_bytes(key, "v"))
-    assert store.flush(5) and remote.read(key) == entry_bytes(key, "v")
-    assert [f.key for f in store.scan()] == [key] and store.stat(key).size == len(entry_bytes(key, "v"))
-    assert store.delete(key) > 0 and remote.read(key) is not None  # deletes are local; the remote is managed
+    uploaded: list[int] = []
+    tier = RemoteTier(remote, timeout=5, retry_after=60, on_failure=lambda what, exc: None, on_upload=uploaded.append)
+    key, junk = "cd" * 16, "ef" * 16
+    tier.upload(key, entry_bytes(key, "v"), group="grp")
+    assert tier.flush(5) and remote.read(key) == entry_bytes(key, "v") and uploaded == [len(entry_bytes(key, "v"))]
+    assert remote.marked("grp") == [key]  # marked once the upload landed
+    remote.write(junk, b"not an entry")
+    assert tier.fetch(key) == entry_bytes(key, "v") and tier.fetch(junk) == b"not an entry"  # unchecked bytes
+    tier.remember_miss(junk)  # what the service does with an object that failed its checks
+    assert tier.fetch(junk) is None
+    clock = [0.0]
+    monkeypatch.setattr("graphcache.core.tier.time.monotonic", lambda: clock[0])
+    tier.remember_miss(junk)
+    clock[0] += MISS_TTL + 0.1
+    assert tier.fetch(junk) == b"not an entry"  # remembered for MISS_TTL seconds only
 
 
 # -- the CLI ------------------------------------------------------------------------------------------------------
@@ -407,7 +419,7 @@ def test_push_uploads_entries_compiled_before_the_remote_was_configured(s3, tmp_
     assert sorted(s3.objects()) == sorted([f"{base}/{compiled.key}.gce", f"{base}/{xla_key}.gce",
                                            f"{base}/xla/{xla_id}/{xla_key}"])
     assert s3.objects()[f"{base}/{compiled.key}.gce"] == local.store.path_for(compiled.key).read_bytes()
-    assert RemoteStore(s3.url, version=local.version).marked_keys(xla_id) == [xla_key]
+    assert RemoteStore(s3.url, version=local.version).marked(xla_id) == [xla_key]
 
     again = json.loads(invoke(["push", "--json"], local.cache_dir, s3.url).stdout)
     assert again["pushed"] == [] and sorted(again["present"]) == sorted([compiled.key, xla_key])

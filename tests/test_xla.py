@@ -482,7 +482,7 @@ def test_first_machine_pushes_executables_and_their_markers(two_machines):
     local = LocalStore(two_machines["a_dir"])
     assert all(objects[f"{base}/{key}.gce"] == local.read(key) for key in keys)
     assert [f.key for f in RemoteStore(two_machines["url"]).scan()] == keys  # markers are not entries
-    assert RemoteStore(two_machines["url"], version=version).marked_keys(xla_id) == keys
+    assert RemoteStore(two_machines["url"], version=version).marked(xla_id) == keys
     stats = all_counters(two_machines["a_dir"])
     assert (stats.get("uploads"), stats.get("xla_compiles"), stats.get("remote_errors", 0)) == (3, 3, 0)
 
@@ -563,7 +563,7 @@ def test_pull_skips_local_entries_and_markers_whose_entry_is_gone(s3_server, tmp
     gone, kept = sorted(files)
     s3_server.client().delete_object(  # an entry purged by another tool: its marker is left behind
         Bucket=bucket, Key=f"{REMOTE_PREFIX}/v1/{a.version}/{xla.entry_key(xa.id, gone)}.gce")
-    assert len(a.remote.marked_keys(xa.id)) == 2
+    assert len(a.remote.marked(xa.id)) == 2
 
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
@@ -588,8 +588,8 @@ def test_purge_remote_removes_markers_with_their_entries_and_versions(s3_server,
         remote = RemoteStore(url, version=version)
         for key in version_keys:
             remote.write(key, codec.encode(codec.EntryHeader(key=key, version=version, identity={}), b"x" * 100))
-            remote.publish_marker(xla_id, key)
-    RemoteStore(url, version=old).publish_marker(xla_id, "ff" * 16)  # a marker whose entry is gone
+            remote.mark(xla_id, key)
+    RemoteStore(url, version=old).mark(xla_id, "ff" * 16)  # a marker whose entry is gone
     assert sorted(f.key for f in RemoteStore(url).scan()) == sorted(keys[current] + keys[old])
 
     def purge(*args: str) -> dict:
@@ -605,20 +605,21 @@ def test_purge_remote_removes_markers_with_their_entries_and_versions(s3_server,
     assert purge(keys[current][0])["count"] == 1  # by key: that entry's marker goes too
     assert sorted(bucket_objects(s3_server, bucket)) == [f"{base}/{keys[current][1]}.gce",
                                                          f"{base}/xla/{xla_id}/{keys[current][1]}"]
-    assert RemoteStore(url, version=current).marked_keys(xla_id) == [keys[current][1]]
+    assert RemoteStore(url, version=current).marked(xla_id) == [keys[current][1]]
 
 
 EXIT_CHILD = '''
 import json, os, shutil
 import graphcache
-from graphcache import xla
+from graphcache import runtime, xla
+from graphcache.core import exits
 cache = graphcache.GraphCache({cache_dir!r}, remote={url!r}, remote_timeout=30)
 xc = xla.XlaCache(cache, xla.xla_identity(cache.version, "cpu", []))
 assert xc.prepare()
-xla._active = xc  # what enable_xla does once TensorFlow is bound (its exit hook is registered then, too)
-xla._register_atexit()
+runtime.state.plugins[xla.NAME] = xc  # what enable_xla does once TensorFlow is bound (and its exit stage)
+exits.at_exit(exits.XLA_SYNC, xla.sync)
 shutil.copyfile({source!r}, os.path.join(xc.directory, {name!r}))  # "TensorFlow" compiled it; nobody syncs
-print(json.dumps({{"id": xc.id, "pending": cache.store.pending_uploads}}))
+print(json.dumps({{"id": xc.id, "pending": cache.pending_uploads}}))
 '''
 
 

@@ -32,7 +32,7 @@ commands -> helpers):
     manage     ls, show, purge, verify
     share      warm, export, import, push
     explain    explain, misses (why did it miss?)
-    run        run (zero-code adoption: graphcache/adoption.py)
+    run        run (zero-code adoption: graphcache/session/adoption.py)
     remote     ls --remote, purge --remote, and the remote calls push makes
     selection  key prefixes, filters and purge plans: which entries a command means
     options    option declarations and parsers, environment settings, the cache dir (State, open_cache)

@@ -112,8 +112,8 @@ def explain_command(graph: Path, feeds: tuple[str, ...], fetches: tuple[str, ...
     root = cache_root()
     if not root.is_dir():
         raise CliError(f"cache dir {str(root)!r} does not exist: nothing is cached there")
-    from ..explain import sources  # TensorFlow: only this command needs it
     from ..explain.report import explain
+    from ..share import sources  # TensorFlow: only this command needs it
     from ..share.saved_model import is_saved_model_dir
 
     if is_saved_model_dir(graph):

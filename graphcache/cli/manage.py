@@ -63,7 +63,7 @@ from .selection import purge_plan, resolve_key, select_rows
 if TYPE_CHECKING:
     from ..core.filters import Filter, SortOrder
     from ..core.index.database import IndexRow
-    from ..store import LocalStore
+    from ..store import LocalStore, StoredFile
 
 PURGE_CHUNK = 256  # keys per CacheDir.purge call (one progress step)
 
@@ -119,9 +119,10 @@ def ls_command(as_json: bool, quiet: bool, order: SortOrder | None, limit: int |
 
 
 # -- show -------------------------------------------------------------------------------------------------------
-def entry_json(key: str, path: Path, header: codec.EntryHeader, row: IndexRow | None, current: str) -> dict[str, Any]:
+def entry_json(key: str, stored: StoredFile, header: codec.EntryHeader, row: IndexRow | None, current: str
+               ) -> dict[str, Any]:
     return {
-        "key": key, "path": str(path), "name": header.name, "kind": header.kind, "size": path.stat().st_size,
+        "key": key, "path": stored.path, "name": header.name, "kind": header.kind, "size": stored.size,
         "payload_size": header.payload_size, "created": iso(header.created),
         "last_used": iso(row.last_used) if row is not None else None, "version": header.version,
         "current": header.version == current, "identity": header.identity,
@@ -167,15 +168,18 @@ def show_command(key: str, as_json: bool) -> None:
     cache = open_cache()
     full = resolve_key(cache, key)
     assert cache is not None  # resolve_key found the key in it
-    path = cache.store.path_for(full)
+    stored = cache.store.stat(full)
     try:
-        header = codec.read_header(str(path))
+        head = cache.store.read_head(full)
+        if stored is None or head is None:
+            raise FileNotFoundError(full)
+        header = codec.peek_header(head)
     except FileNotFoundError:
         raise CliError(f"entry {full} is indexed but its file is gone (run '{PROG} purge {full} --yes')") from None
     except CorruptEntryError as exc:
         raise CliError(f"entry {full} is corrupt: {exc} (run '{PROG} verify --fix')") from None
     row = cache.index.get(full) if cache.index is not None else None
-    entry = entry_json(full, path, header, row, current_version(cache))
+    entry = entry_json(full, stored, header, row, current_version(cache))
     now = time.time()
     emit(output_mode(as_json), data=entry, human=lambda: entry_view(entry, now))
 
@@ -186,7 +190,7 @@ def remove(cache: CacheDir, rows: Sequence[IndexRow], *, stale: bool) -> tuple[l
     if stale:
         with spinner("Purging stale versions..."):
             result = cache.purge(stale=True)
-        removed = [row.key for row in rows if not cache.store.path_for(row.key).exists()]
+        removed = [row.key for row in rows if cache.store.stat(row.key) is None]
         return removed, result.entries, result.bytes
     keys = [row.key for row in rows]
     count = freed = 0
@@ -290,7 +294,7 @@ def verify_view(report: VerifyReport) -> Table | None:
     return view
 
 
-# What the table says per drifted key, and the summary per kind (singular, plural); kinds: core/audit.py.
+# What the table says per drifted key, and the summary per kind (singular, plural); kinds: core/index/audit.py.
 DRIFT_SUMMARY = {
     "missing_files": ("indexed entry whose file is gone", "indexed entries whose file is gone"),
     "unindexed": ("entry file the index lacks", "entry files the index lacks"),

@@ -4,7 +4,7 @@
                (SCRIPT | -m MODULE) [ARGS]...
 
 Like ``python SCRIPT ARGS`` / ``python -m MODULE ARGS``: the script runs as ``__main__`` with ``sys.argv``
-as given, every TF1-style session it makes is a graphcache session (graphcache/adoption.py), and so are
+as given, every TF1-style session it makes is a graphcache session (graphcache/session/adoption.py), and so are
 those of the Python processes it starts (``--no-children``: not those). The script's exit status is the
 command's (an uncaught exception: its traceback and 1, as Python does). The cache dir: ``--cache-dir``
 (created when missing), else ``$GRAPHCACHE_DIR``, else the user cache dir; the other ``GRAPHCACHE_*``
@@ -23,7 +23,7 @@ from typing import Any
 
 import click
 
-_LOOKUP_FILE = "graphcache/adoption.py"  # where a missing script or module is reported from
+_LOOKUP_FILE = "graphcache/session/adoption.py"  # where a missing script or module is reported from
 _OWN_FILES = (_LOOKUP_FILE, "graphcache/cli/run.py", "/runpy.py", "<frozen runpy>")
 
 

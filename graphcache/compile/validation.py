@@ -3,7 +3,7 @@
 Grappler aborts the process in native code on some malformed graphs (a signature input without a dtype,
 an input that names no node, ...), where TensorFlow's C++ importer rejects the same graph with an
 error. So a miss imports the graph once before compiling it, and that import also gives the dtypes and
-static shapes of the feeds and fetches that Grappler's signature needs (compilers/grappler.py).
+static shapes of the feeds and fetches that Grappler's signature needs (compile/compilers/grappler.py).
 
 That import used to be ``tf.graph_util.import_graph_def``. Its Python half (an ``Operation`` object per
 node, device functions, colocation bookkeeping) was 80% of its cost and learns nothing a check needs.
@@ -50,7 +50,7 @@ class TensorInfo:
 class ValidatedGraph:
     """What ``validate`` learned: the signature's tensors by name, with dtype and static shape.
 
-    It stands in for the ``tf.Graph`` a compiler backend is handed (compilers/base.py): ``get_tensor_by_name``
+    It stands in for the ``tf.Graph`` a compiler backend is handed (compile/compilers/base.py): ``get_tensor_by_name``
     serves the signature's tensors; any other ``tf.Graph`` attribute imports the light copy with
     ``import_graph_def`` once (the old, slower check) and is served by that graph.
     """

@@ -24,16 +24,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from typing import Any
 
+from .. import runtime
 from . import exits
 
 log = logging.getLogger("graphcache")
-
-_all: weakref.WeakSet[BackgroundWrites] = weakref.WeakSet()  # a cache with pending writes is kept alive by its threads
-_all_lock = threading.Lock()
 
 
 class BackgroundWrites:
@@ -93,14 +90,15 @@ class BackgroundWrites:
 
 
 def _register(writes: BackgroundWrites) -> None:
-    with _all_lock:
-        _all.add(writes)
+    """A cache with pending writes is kept alive by its threads; runtime.state.writers holds it weakly."""
+    with runtime.state.pending_lock:
+        runtime.state.writers.add(writes)
     exits.at_exit(exits.WRITES, wait_all)
 
 
 def wait_all() -> None:
     """Join every pending background write of this process (runs at interpreter exit)."""
-    with _all_lock:
-        pending = list(_all)
+    with runtime.state.pending_lock:
+        pending = list(runtime.state.writers)
     for writes in pending:
         writes.wait()

@@ -5,7 +5,7 @@ never import TensorFlow (which alone takes over 2 s to import). The current comp
 from the index's manifest (the version most recently opened by a GraphCache).
 
 The index heals here: one found unreadable, at open or by any later operation, is rebuilt from the entry
-files (core/rebuild.py) with one warning, and the operation goes on on the new index. ``converge`` is the
+files (core/index/rebuild.py) with one warning, and the operation goes on on the new index. ``converge`` is the
 periodic open-time check of the index against the files; ``audit`` (``verify``) checks everything.
 """
 
@@ -178,7 +178,7 @@ class CacheDir:
             self.problem = self.problem or str(error)
             return False
         seen = index.built
-        index.disconnect()  # before the files change under it (see core/rebuild.py)
+        index.disconnect()  # before the files change under it (see core/index/rebuild.py)
         result = self.rebuild_index(str(error), seen_built=seen)
         return result.usable
 
@@ -217,7 +217,7 @@ class CacheDir:
 
     def reconcile(self) -> tuple[int, int]:
         """Bring the index in line with the entry files: (rows added, rows dropped); sizes are refreshed.
-        Reads the headers of files without a row only (core/audit.py)."""
+        Reads the headers of files without a row only (core/index/audit.py)."""
         if self.index is None or self.index.memory:
             return (0, 0)
         drift, rows, files = find_drift(self.index, self.store)
@@ -252,7 +252,7 @@ class CacheDir:
 
     def audit(self, *, fix: bool = False, signing_key: bytes | None = None,
               advance: Callable[[int], None] | None = None) -> VerifyReport:
-        """Check the entries, the index and the two against each other (core/audit.py); ``fix`` repairs."""
+        """Check the entries, the index and the two against each other (core/index/audit.py); ``fix`` repairs."""
         return audit(self, fix=fix, signing_key=signing_key, advance=advance)
 
     def stats(self, current_version: str | None = None, max_size: int | None = None) -> Stats:

@@ -2,7 +2,7 @@
 
 Three kinds of work can be pending when the process ends: XLA executables TensorFlow wrote that are not
 entries yet (xla/), big entries still being written in the background (background.py), and uploads to
-the remote tier (store/tiered.py). They depend on each other in one direction only: syncing XLA writes
+the remote tier (core/tier.py). They depend on each other in one direction only: syncing XLA writes
 entries, writing entries queues uploads. So they run as ordered stages of one exit hook.
 
 The hook is registered lazily, when the first participant joins (nothing is registered in a process that
@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import atexit
 import logging
-import threading
 from collections.abc import Callable
+
+from .. import runtime
 
 log = logging.getLogger("graphcache")
 
@@ -28,18 +29,17 @@ UPLOADS = "uploads"  # queued uploads to the remote are waited for (bounded)
 FUNCTIONS = "functions"  # new tf.function graphs become entries (before writes, like XLA)
 STAGES = (XLA_SYNC, FUNCTIONS, WRITES, UPLOADS)
 
-_lock = threading.Lock()
-_participants: dict[str, list[Callable[[], None]]] = {stage: [] for stage in STAGES}
-
 
 def at_exit(stage: str, drain: Callable[[], None]) -> None:
     """Run ``drain`` at interpreter exit in ``stage`` (see STAGES); the same callable joins once."""
-    if stage not in _participants:
+    if stage not in STAGES:
         raise ValueError(f"unknown exit stage {stage!r}: one of {', '.join(STAGES)}")
-    with _lock:
-        if drain in _participants[stage]:
+    state = runtime.state
+    with state.exit_lock:
+        drains = state.exit_drains.setdefault(stage, [])
+        if drain in drains:
             return
-        _participants[stage].append(drain)
+        drains.append(drain)
         # Re-registering moves the hook after everything registered so far: it runs before them.
         atexit.unregister(run_drain)
         atexit.register(run_drain)
@@ -48,8 +48,8 @@ def at_exit(stage: str, drain: Callable[[], None]) -> None:
 def run_drain() -> None:
     """Run every stage's participants in order; one failing never stops the others."""
     for stage in STAGES:
-        with _lock:
-            drains = list(_participants[stage])
+        with runtime.state.exit_lock:
+            drains = list(runtime.state.exit_drains.get(stage, ()))
         for drain in drains:
             try:
                 drain()

@@ -8,11 +8,12 @@ XLA files, SavedModel aliases and the remote tier all report through here.
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
-import threading
 import warnings
 
-from ..errors import GraphCacheWarning
+from .. import runtime
+from ..errors import CacheIOError, GraphCacheWarning
 
 log = logging.getLogger("graphcache")
 
@@ -20,22 +21,31 @@ log = logging.getLogger("graphcache")
 # opposed to a bug or a bad graph: only these are failed open.
 STORAGE_ERRORS: tuple[type[BaseException], ...] = (OSError, sqlite3.Error)
 
-_warned: set[str] = set()
-_warned_lock = threading.Lock()
 
 
 def warn_once(kind: str, message: str) -> None:
     """Emit a GraphCacheWarning the first time a kind of failure happens in this process (later ones go
-    to the DEBUG log): a failing disk must not flood the user's output."""
-    with _warned_lock:
-        if kind in _warned:
+    to the DEBUG log): a failing disk must not flood the user's output. The memory is runtime.state's."""
+    state = runtime.state
+    with state.warned_lock:
+        if kind in state.warned:
             log.debug("graphcache: %s", message)
             return
-        _warned.add(kind)
+        state.warned.add(kind)
     warnings.warn(message, GraphCacheWarning, stacklevel=3)
 
 
+def fail_open(kind: str, what: str, exc: BaseException, *, where: str | os.PathLike[str], strict: bool,
+              consequence: str) -> None:
+    """The fail-open decision, made once for everyone: a strict cache raises CacheIOError; any other warns
+    once per ``kind`` that ``what`` failed in ``where`` (a cache dir) and what happens instead. The caller
+    counts it (EntryService.failure does) and carries on."""
+    if strict:
+        raise CacheIOError(f"graphcache: {what} failed: {type(exc).__name__}: {exc}") from exc
+    warn_once(kind, f"graphcache: {what} failed in {where} ({type(exc).__name__}: {exc}); {consequence}")
+
+
 def reset_warnings() -> None:
-    """Forget which kinds were warned about (tests start each case from a clean process state)."""
-    with _warned_lock:
-        _warned.clear()
+    """Forget which kinds were warned about (runtime.reset does this and more)."""
+    with runtime.state.warned_lock:
+        runtime.state.warned.clear()

@@ -3,21 +3,20 @@
 A :class:`Selection` says what was asked for (exact keys, everything, stale versions, an LRU trim to a
 size, filters); :func:`select` applies it to rows (index rows, or remote files: anything with ``key``,
 ``version`` and, for filters and trims, the index row's fields). Key prefixes typed by people are
-resolved by :func:`resolve_prefix`, the one place that knows what a key looks like.
+resolved by :func:`resolve_prefix` (entry/keyshape.py says what a key looks like).
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from ..entry.keyshape import is_key_prefix
 from ..errors import GraphCacheError
 from .filters import Filter, apply_filters, parse_filter
 
-KEY_PREFIX = re.compile(r"[0-9a-f]{1,32}")
 Row = TypeVar("Row")
 
 
@@ -104,17 +103,13 @@ def _attr(row: Any, name: str) -> str:
     return getattr(row, name)
 
 
-def is_key_prefix(text: str) -> bool:
-    return bool(KEY_PREFIX.fullmatch(text.strip().lower()))
-
-
 def resolve_prefix(prefix: str, candidates: Iterable[str], where: object, what: str = "entry") -> str:
     """The one key among ``candidates`` that starts with ``prefix`` (a full key or a unique prefix).
 
     ``where`` and ``what`` ("entry", "remote entry") name the place and the thing in errors.
     """
     text = prefix.strip().lower()
-    if not KEY_PREFIX.fullmatch(text):
+    if not is_key_prefix(text):
         raise SelectionError(f"{prefix!r} is not a cache key (32 hex digits, or a unique prefix of one)")
     matches = sorted({key for key in candidates if key.startswith(text)})
     if not matches:

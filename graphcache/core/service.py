@@ -1,14 +1,21 @@
 """EntryService: one cache dir's entries, served fail-open. The TensorFlow-free half of GraphCache.
 
 GraphCache (cache.py) adds compiling on top; everything that needs entries (graph hits and misses,
-SavedModel aliases, XLA executables, tf.function graphs, bundles, the remote tier) goes through the
-public methods here, so the checks, the index rows, the counters and the failure policy live in one place:
+SavedModel aliases, XLA executables, tf.function graphs, bundles, pushes) goes through the public methods
+here, so the checks, the index rows, the counters and the failure policy live in one place:
 
-- ``read_entry(key)`` / ``write_entry(header, payload)``: the one path to the store for every entry kind;
+- ``read_entry(key, kind=...)`` / ``write_entry(header, payload)``: the one path to the stores for every
+  entry kind. The local store is read first; a miss there asks the remote tier (tier.py: bytes only, within
+  a deadline, behind a circuit breaker), whose bytes are verified here exactly as local ones, once, then
+  kept locally through ``write_entry`` (atomic file, index row, size cap), counted and served. A remote
+  object that fails its checks is a miss, counted in ``remote_errors`` and never kept. A new entry is
+  queued for upload (and marked in its group, entry/kinds.py) unless the remote is read-only here;
+- ``has_entry``, ``wait_for_entry``, ``entry_header``, ``pull_group``: what callers ask of the stores,
+  within the store contract (store/base.py);
 - ``count(**deltas)``, ``count_uncacheable(reason)``, ``failure(...)``, ``discard_corrupt(...)``,
   ``discard_untrusted(...)``, ``touch(key)``: counters and the fail-open policy (core/failures.py);
-- ``start_write(...)`` / ``wait_for_writes()`` / ``flush()``: entries written in the background and
-  uploads to the remote tier;
+- ``start_write(...)`` / ``wait_for_writes()`` / ``flush()``: entries written in the background, the
+  plugins' flush hooks (``hooks``, core/plugins.py) and uploads to the remote tier;
 - ``management()`` and the calls built on it (``stats``, ``entries``, ``purge``, ``clear``, ``verify``).
 
 Opening: a read-only cache (asked for, or a dir this process cannot write) serves hits without opening
@@ -24,16 +31,17 @@ kept in memory and written with the next write that gets through, rows and LRU o
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from ..entry import codec
-from ..entry.checked import CheckedEntry, read_checked
+from ..entry import codec, kinds
+from ..entry.checked import CheckedEntry, check, read_checked
 from ..errors import CacheIOError, CorruptEntryError, UntrustedEntryError
-from ..store import LocalStore, RemoteStore, Store, TieredStore
+from ..store import LocalStore, RemoteStore
 from .background import BackgroundWrites
 from .cachedir import (
     CacheDir,
@@ -43,13 +51,17 @@ from .cachedir import (
     tag_cache_dir,
     warn_if_shared_writable,
 )
-from .failures import STORAGE_ERRORS, warn_once
+from .failures import STORAGE_ERRORS, fail_open, warn_once
 from .index import misses
 from .index.database import CacheIndex, IndexBusyError, IndexCorruptError, IndexRow
 from .index.rebuild import remove_stale_builds
+from .plugins import Hooks
 from .settings import CacheSettings
 from .stats import UNCACHEABLE_PREFIX, Stats
+from .tier import RemoteTier
 from .versioning import PurgeResult, purge_stale_versions
+
+log = logging.getLogger("graphcache")
 
 INDEX_WAIT = 10.0  # seconds a step waits for the index's write lock (bounded by lock_timeout), then goes on
 # What a process without an index does: the truth for every "index failed" warning.
@@ -62,7 +74,7 @@ class EntryService:
     ``version_info`` describes it in the index's manifest). Safe to share between threads and processes."""
 
     def __init__(self, cache_dir: str | os.PathLike[str] | None, settings: CacheSettings, *, version: str,
-                 version_info: dict[str, Any], marker_group: Callable[[bytes], str | None] | None = None) -> None:
+                 version_info: dict[str, Any]) -> None:
         self.settings = settings
         self.strict = settings.strict
         self.read_only = settings.read_only
@@ -79,8 +91,16 @@ class EntryService:
         self.cache_dir = resolve_cache_dir(cache_dir)
         self.dir: CacheDir | None = None
         self.index: CacheIndex | None = None
+        self.store = LocalStore(self.cache_dir, read_only=self.read_only)
         self.remote: RemoteStore | None = None
-        self.store: Store = self._build_store(marker_group)
+        self.tier: RemoteTier | None = None
+        if settings.remote and not self.disabled:
+            self.remote = RemoteStore(settings.remote, version=version, options=settings.remote_options,
+                                      timeout=settings.remote_timeout, read_only=settings.remote_read_only)
+            self.tier = RemoteTier(self.remote, timeout=settings.remote_timeout,
+                                   retry_after=settings.remote_retry_after, on_failure=self._remote_failed,
+                                   on_upload=lambda size: self.count(uploads=1, upload_bytes=size))
+        self.hooks = Hooks()
         self.last_purge = PurgeResult(0, 0, ())
         self._writes = BackgroundWrites()
         self._pending: dict[str, float] = {}  # counts not yet written: the index was busy
@@ -97,19 +117,10 @@ class EntryService:
         if not self.disabled and not self.read_only:
             self._open()
 
-    def _build_store(self, marker_group: Callable[[bytes], str | None] | None) -> Store:
-        """The local store, behind a remote tier when one is configured (store/tiered.py: read-through,
-        background write-through, fail open). ``marker_group``: which uploaded entries get a remote marker
-        (the XLA rule, xla/markers.py; injected so the store layer knows no entry kind)."""
-        local = LocalStore(self.cache_dir, read_only=self.read_only)
-        settings = self.settings
-        if not settings.remote or self.disabled:
-            return local
-        self.remote = RemoteStore(settings.remote, version=self.version, options=settings.remote_options,
-                                  timeout=settings.remote_timeout, read_only=settings.remote_read_only)
-        return TieredStore(local, self.remote, store_fetched=self.write_entry, count=self.count, warn=warn_once,
-                           signing_key=self.signing_key, marker_group=marker_group,
-                           retry_after=settings.remote_retry_after)
+    @property
+    def identity(self) -> dict[str, Any]:
+        """The compiler identity entries are written under (GraphCache adds the device kind to it)."""
+        return self.version_info
 
     @property
     def index_wait(self) -> float:
@@ -194,10 +205,7 @@ class EntryService:
         """A cache failure: raise in strict mode, else warn once (``reason`` is the warning's kind), count
         it (``errors``, and ``uncacheable.<reason>`` when ``uncacheable``) and carry on; ``consequence``
         says in the warning what happens instead."""
-        if self.strict:
-            raise CacheIOError(f"graphcache: {what} failed: {type(exc).__name__}: {exc}") from exc
-        warn_once(reason, f"graphcache: {what} failed in {self.cache_dir} ({type(exc).__name__}: {exc}); "
-                          f"{consequence}")
+        fail_open(reason, what, exc, where=self.cache_dir, strict=self.strict, consequence=consequence)
         if uncacheable:
             self.count_uncacheable(reason, errors=1)
         else:
@@ -237,16 +245,23 @@ class EntryService:
             warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
 
     # -- entries -------------------------------------------------------------------------------------------
-    def read_entry(self, key: str) -> tuple[codec.EntryHeader, bytes | memoryview] | None:
-        """A verified entry's header and payload, or None (missing, unreadable or corrupt: fail open).
+    def read_entry(self, key: str, kind: str | None = None) -> tuple[codec.EntryHeader, bytes | memoryview] | None:
+        """A verified entry's header and payload, or None (missing, unreadable or corrupt: fail open; with
+        ``kind``, an entry of another kind is a miss too).
 
         Records the use (LRU) but no hit: the caller counts a hit once the payload proved usable.
         """
         entry = self.read_checked(key)
-        return None if entry is None else (entry.header, entry.payload)
+        if entry is None:
+            return None
+        if kind is not None and entry.header.kind != kind:
+            log.debug("graphcache: entry %s is a %r entry, not %r: a miss", key, entry.header.kind, kind)
+            return None
+        return entry.header, entry.payload
 
     def read_checked(self, key: str) -> CheckedEntry | None:
-        """``read_entry`` with the entry file's bytes as stored (for callers that pass the file on)."""
+        """``read_entry`` with the entry file's bytes as stored (for callers that pass the file on): the
+        local store's, else the remote tier's (verified, then kept locally)."""
         try:
             entry = read_checked(self.store, key, signing_key=self.signing_key)
         except STORAGE_ERRORS as exc:
@@ -260,10 +275,60 @@ class EntryService:
             return None
         if entry is not None:
             self.touch(key, entry.header, entry.size)
+            return entry
+        return self._fetch(key) if self.tier is not None else None
+
+    def _fetch(self, key: str) -> CheckedEntry | None:
+        """A local miss asks the remote: its bytes checked, kept locally (not uploaded back), counted."""
+        assert self.tier is not None
+        data = self.tier.fetch(key)
+        entry = None if data is None else self._checked_remote(key, data)
+        if entry is None:
+            return None
+        self.write_entry(entry.header, entry.payload, share=False)
+        self.count(remote_hits=1)
+        log.info("graphcache: fetched %s (%d bytes) from %s", key, len(data), self.tier.name)
         return entry
 
-    def write_entry(self, header: codec.EntryHeader, payload: bytes | memoryview) -> bool:
-        """Store an entry atomically, index it and enforce the size cap; False when it could not be stored."""
+    def _checked_remote(self, key: str, data: bytes) -> CheckedEntry | None:
+        """Remote bytes that passed every check a local read passes; None (counted, warned, remembered as a
+        miss) when they fail one."""
+        assert self.tier is not None
+        try:
+            return check(data, key, signing_key=self.signing_key)
+        except CorruptEntryError as exc:  # untrusted entries included
+            self.tier.remember_miss(key)
+            self.count(remote_errors=1)
+            warn_once("remote_corrupt", f"graphcache: remote entry {key} in {self.tier.name} is corrupt ({exc}); "
+                                        "ignored it and compiling locally")
+            return None
+
+    def _remote_failed(self, what: str, exc: BaseException) -> None:
+        """The remote failed (the tier reports its first failure of an outage): warn once, count, go on."""
+        assert self.tier is not None
+        self.count(remote_errors=1)
+        warn_once("remote_error", f"graphcache: {what} failed on the remote cache {self.tier.name} "
+                                  f"({type(exc).__name__}: {exc}); skipping the remote for "
+                                  f"{self.tier.breaker.retry_after:g}s, the local cache still works")
+
+    def pull_group(self, group: str) -> list[str]:
+        """Copy the entries the remote lists in ``group`` (entry/kinds.py) that the local store lacks; the
+        keys stored. Each is verified as a remote read is (a corrupt or untrusted object is refused, counted
+        and never kept); an outage costs one timeout and one warning."""
+        if self.tier is None or self.read_only:
+            return []
+        wanted = [key for key in self.tier.marked(group) if not self.has_entry(key)]
+        stored = []
+        for key, data in self.tier.fetch_many(wanted):
+            entry = self._checked_remote(key, data)
+            if entry is not None and self.write_entry(entry.header, entry.payload, share=False):
+                log.info("graphcache: fetched %s (%d bytes) from %s", key, len(data), self.tier.name)
+                stored.append(key)
+        return stored
+
+    def write_entry(self, header: codec.EntryHeader, payload: bytes | memoryview, *, share: bool = True) -> bool:
+        """Store an entry atomically, index it and enforce the size cap; False when it could not be stored.
+        ``share``: queue it for upload to the remote tier (not for what was just fetched from there)."""
         if self.read_only or self.disabled:
             return False
         try:
@@ -283,16 +348,40 @@ class EntryService:
                 self._index_failed("indexing a new entry", exc)
             except STORAGE_ERRORS as exc:
                 warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
+        if share and self.tier is not None and not self.tier.read_only:
+            self.tier.upload(header.key, b"".join(parts), kinds.group_of(header))
         return True
 
-    # -- what explains misses (core/misses.py) ---------------------------------------------------------------
-    def entry_header(self, key: str) -> codec.EntryHeader | None:
-        """An entry's header, read alone (no payload, no checks beyond the header's own), or None."""
+    def has_entry(self, key: str) -> bool:
+        """Whether the local store holds ``key``'s entry (nothing is read or checked)."""
         try:
-            return codec.read_header(str(self.store.path_for(key)))
+            return self.store.stat(key) is not None
+        except STORAGE_ERRORS:
+            return False
+
+    def wait_for_entry(self, key: str) -> bool:
+        """Whether ``key``'s entry is stored, once a compile of it in progress has finished. A compile
+        holds the key's lock until its entry is stored (cache.py, background.py), so taking the lock waits
+        for exactly that, from any thread or process (``wait_for_writes`` waits for every write)."""
+        if not self.has_entry(key):
+            try:
+                lock = self.store.lock(key, self.lock_timeout)
+                if lock is not None:
+                    with lock:
+                        pass
+            except (TimeoutError, *STORAGE_ERRORS):
+                return False
+        return self.has_entry(key)
+
+    def entry_header(self, key: str) -> codec.EntryHeader | None:
+        """A local entry's header, read alone (no payload, no checks beyond the header's own), or None."""
+        try:
+            head = self.store.read_head(key)
+            return None if head is None else codec.peek_header(head)
         except (CorruptEntryError, *STORAGE_ERRORS):
             return None
 
+    # -- what explains misses (core/index/misses.py) ---------------------------------------------------------
     def _explain_index(self) -> CacheIndex | None:
         if self.index is not None:
             return self.index
@@ -352,19 +441,26 @@ class EntryService:
         True when none is left."""
         return self._writes.wait(timeout)
 
+    @property
+    def pending_uploads(self) -> int:
+        """Entries queued for upload to the remote tier (0 without one)."""
+        return 0 if self.tier is None else self.tier.pending_uploads
+
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait (at most ``timeout`` seconds in all) for background writes, then for uploads to the remote;
-        True when nothing is left pending.
+        """Wait (at most ``timeout`` seconds in all) for background writes, then run the plugins' flush hooks
+        (new XLA executables become entries, so they are uploaded too), then wait for uploads to the
+        remote; True when nothing is left pending.
 
         Uploads are also waited for at interpreter exit (up to a minute); call this where a process must not
         end before its entries are shared, e.g. at the end of a CI job that warms the remote.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         written = self.wait_for_writes(timeout)
-        if not isinstance(self.store, TieredStore):
+        self.hooks.flush()
+        if self.tier is None:
             return written
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        return self.store.flush(left) and written
+        return self.tier.flush(left) and written
 
     # -- management (the TF-free CacheDir) -------------------------------------------------------------------
     def management(self) -> CacheDir:

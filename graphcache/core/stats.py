@@ -22,7 +22,7 @@ REASONS = ("resource_ops", "invalid_graph", "lock_timeout", "read_only", "io_err
 UNCACHEABLE_PREFIX = "uncacheable."
 COUNTERS = ("hits", "misses", "compiles", "compile_seconds", "saved_seconds", "bytes_written", "bytes_evicted",
             "evictions", "errors", "index_rebuilds")
-# The remote tier (store/tiered.py): ``remote_hits`` local misses served from the remote (also counted in
+# The remote tier (core/tier.py): ``remote_hits`` local misses served from the remote (also counted in
 # ``hits``), ``remote_errors`` failed or timed-out remote calls and remote entries that failed verification,
 # ``uploads``/``upload_bytes`` entries written through to the remote.
 REMOTE_COUNTERS = ("remote_hits", "remote_errors", "uploads", "upload_bytes")
@@ -50,7 +50,7 @@ class Stats:
     uncacheable: dict[str, int] = field(default_factory=dict)
     version: str = ""  # the current compiler version id
     evictions: int = 0
-    index_rebuilds: int = 0  # times the index was rebuilt from the entry files (core/rebuild.py)
+    index_rebuilds: int = 0  # times the index was rebuilt from the entry files (core/index/rebuild.py)
     max_size: int | None = None
     xla: dict[str, int] = field(default_factory=dict)
     remote_hits: int = 0

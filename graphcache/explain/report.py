@@ -2,11 +2,12 @@
 
 Two callers. ``explain`` (the ``graphcache explain`` command, or a user) scores every cached graph entry
 and reads the nearest entries' node tables. A miss (``note_miss``, from GraphCache's miss path) does
-the cheap part only: the nearest entry by indexed lookups (core/misses.py), the parts that differ, and one
+the cheap part only: the nearest entry by indexed lookups (core/index/misses.py), the parts that differ, and one
 row in the index's table of recent misses; the node-level diff is deferred to ``explain``, unless
 ``GRAPHCACHE_EXPLAIN=1`` (a warning per miss) or the ``graphcache`` logger at INFO ask for it then.
 
-This module never imports cache.py (GraphCache imports it): the cache is always passed in.
+The cache is always passed in, typed as the entry service (its ``identity`` is the compiler identity a
+GraphCache computes): this plugin never imports its host (explain/plugin.py registers the miss hook).
 """
 
 from __future__ import annotations
@@ -14,16 +15,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..compile import keys
 from ..compile.graphs import Signature
 from ..core import settings
 from ..core.index.misses import Candidate, Miss, identity_changes
+from ..core.service import EntryService
 from . import nodes
-
-if TYPE_CHECKING:
-    from ..cache import GraphCache
 
 log = logging.getLogger("graphcache")
 
@@ -132,7 +131,7 @@ def _signature_words(old: Any, new: tuple[str, ...]) -> str:
     return f"{', '.join(before) or '(none)'} -> {', '.join(new) or '(none)'}"
 
 
-def _identity_words(cache: GraphCache, candidate: Candidate, header: Any) -> str:
+def _identity_words(cache: EntryService, candidate: Candidate, header: Any) -> str:
     if header is not None and isinstance(header.identity, dict) and header.identity:
         said = identity_changes(header.identity, cache.identity)
     elif candidate.version != cache.version:  # no header: what the manifest says about its version
@@ -143,7 +142,7 @@ def _identity_words(cache: GraphCache, candidate: Candidate, header: Any) -> str
     return said or "the compiler identity differs"
 
 
-def compare(cache: GraphCache, fp: keys.Fingerprint, signature: Signature | None, candidate: Candidate, *,
+def compare(cache: EntryService, fp: keys.Fingerprint, signature: Signature | None, candidate: Candidate, *,
             with_nodes: bool = True) -> NearestEntry:
     """``candidate`` against the graph fingerprinted as ``fp``: the parts that differ, in words."""
     differs = candidate.differs(fp.parts)
@@ -175,7 +174,7 @@ def compare(cache: GraphCache, fp: keys.Fingerprint, signature: Signature | None
     return entry
 
 
-def explain_fingerprint(cache: GraphCache, fp: keys.Fingerprint, name: str, signature: Signature | None, *,
+def explain_fingerprint(cache: EntryService, fp: keys.Fingerprint, name: str, signature: Signature | None, *,
                         limit: int = NEAREST, everything: bool = True,
                         found: tuple[list[Candidate], int] | None = None) -> Explanation:
     """The explanation of a fingerprinted graph (``found``: nearest entries already looked up)."""
@@ -187,7 +186,7 @@ def explain_fingerprint(cache: GraphCache, fp: keys.Fingerprint, name: str, sign
     return explained
 
 
-def explain(graph: Any, fetches: Any, feeds: Any = (), targets: Any = (), *, cache: GraphCache,
+def explain(graph: Any, fetches: Any, feeds: Any = (), targets: Any = (), *, cache: EntryService,
             options: Any = None, name: str | None = None, limit: int = NEAREST) -> Explanation:
     """Why ``graph`` (with this signature) hits or misses in ``cache``: its key, whether it is cached, and
     the ``limit`` nearest cached entries with what differs. ``name`` defaults as in ``GraphCache.compile``
@@ -209,7 +208,7 @@ def explain(graph: Any, fetches: Any, feeds: Any = (), targets: Any = (), *, cac
 
 
 # -- at a miss -------------------------------------------------------------------------------------------------
-def note_miss(cache: GraphCache, fp: keys.Fingerprint, name: str, signature: Signature) -> None:
+def note_miss(cache: EntryService, fp: keys.Fingerprint, name: str, signature: Signature) -> None:
     """Record a miss in the index (nearest entry and the parts that differ: indexed lookups, one row) and,
     when asked for (GRAPHCACHE_EXPLAIN=1, or the ``graphcache`` logger at INFO), log its explanation."""
     loud = settings.explain_misses()

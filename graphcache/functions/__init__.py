@@ -1,6 +1,7 @@
 """TF2 functions compiled once: the optimized graph of every tf.function's first call, cached.
 
-``enable(cache)`` (called by ``GraphCache(functions=True)`` / ``GRAPHCACHE_FUNCTIONS=1``) makes the first
+``enable(cache)`` (a plugin, core/plugins.py: ``GraphCache(functions=True)``, ``GRAPHCACHE_FUNCTIONS=1`` and
+``install()`` enable it through ``plugins.enable(cache, "functions")``) makes the first
 call of every tf.function / ConcreteFunction run in eager mode (Keras ``predict``/``fit``/``__call__``
 step functions, functions of SavedModels loaded with ``tf.saved_model.load``) take its optimized graph
 from the cache when it is there and store it when it is not. What is saved is TensorFlow's
@@ -28,20 +29,18 @@ Entries (through GraphCache's entry service, so ls/purge/evict/verify/export/imp
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .. import runtime
 from ..core import settings
 from ..core.failures import warn_once
-from .hook import ALIAS_KIND, KIND, FunctionCache
-
-if TYPE_CHECKING:
-    from ..cache import GraphCache
+from ..core.service import EntryService
+from .hook import ALIAS_KIND, KIND, PLUGIN, FunctionCache
 
 ENV_FUNCTIONS = settings.ENV_FUNCTIONS
+NAME = PLUGIN  # the plugin's name (core/plugins.py) and its key in runtime.state.plugins / .patched
 
 _lock = threading.Lock()
-_active: FunctionCache | None = None
-_original: Any = None
 
 
 def requested(explicit: bool | None = None) -> bool:
@@ -51,60 +50,60 @@ def requested(explicit: bool | None = None) -> bool:
 
 def active() -> FunctionCache | None:
     """The function cache this process's eager calls go through (None when none is)."""
-    return _active
+    return runtime.state.plugins.get(NAME)
 
 
-def enable(cache: GraphCache) -> FunctionCache | None:
+def enable(cache: EntryService) -> FunctionCache | None:
     """Cache the optimized graphs of TF2 functions' first calls in ``cache`` from now on (idempotent).
 
     One cache per process: a second enable with another cache dir warns and keeps the first. Functions
     whose kernel already exists (called before enable) are not affected. Returns None when not enabled
     (a disabled cache)."""
-    global _active
     if cache.disabled:
         return None
     with _lock:
-        if _active is not None:
-            if _active.cache.cache_dir != cache.cache_dir:
+        current = active()
+        if current is not None:
+            if current.cache.cache_dir != cache.cache_dir:
                 warn_once("functions_second_enable", f"graphcache: TF2 functions are already cached in "
-                                                     f"{_active.cache.cache_dir}; not switching to {cache.cache_dir}")
-            return _active
-        _active = FunctionCache(cache)
+                                                     f"{current.cache.cache_dir}; not switching to {cache.cache_dir}")
+            return current
+        current = runtime.state.plugins[NAME] = FunctionCache(cache)
         _install()
-        return _active
+        return current
 
 
 def wait_for_writes(timeout: float | None = None) -> bool:
     """Wait for function entries being stored in the background; True when none is left."""
-    function_cache = _active
+    function_cache = active()
     return True if function_cache is None else function_cache.wait_for_writes(timeout)
 
 
 def disable() -> None:
     """Stop caching (the wrapper stays installed and passes every call through)."""
-    global _active
-    with _lock:
-        _active = None
+    current = active()
+    if current is not None:
+        current.release()
 
 
 def _install() -> None:
     """Wrap ``AtomicFunction.call_flat`` once per process (see hook.py for why there)."""
-    global _original
-    if _original is not None:
+    patched = runtime.state.patched
+    if NAME in patched:
         return
     from tensorflow.python.eager.polymorphic_function import atomic_function
 
     original = atomic_function.AtomicFunction.call_flat
 
     def call_flat(atomic: Any, *args: Any) -> Any:
-        function_cache = _active
+        function_cache = runtime.state.plugins.get(NAME)
         if function_cache is None:
             return original(atomic, *args)
         return function_cache.call(original, atomic, args)
 
     call_flat.__wrapped__ = original  # type: ignore[attr-defined]
     atomic_function.AtomicFunction.call_flat = call_flat
-    _original = original
+    patched[NAME] = original
 
 
 __all__ = ["ALIAS_KIND", "ENV_FUNCTIONS", "KIND", "FunctionCache", "active", "disable", "enable", "requested", "wait_for_writes"]

@@ -38,20 +38,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tensorflow.python.eager import context
 
+from .. import runtime
 from ..core.failures import STORAGE_ERRORS
+from ..core.service import EntryService
 from ..entry import codec, kinds
 from ..errors import CacheIOError, CorruptEntryError, UntrustedEntryError
 from . import keying, optimized
 from .tfdir import TFDir, take_over_variable
 
-if TYPE_CHECKING:
-    from ..cache import GraphCache
-
 log = logging.getLogger("graphcache")
+
+PLUGIN = "functions"  # this plugin's name: its FunctionCache is runtime.state.plugins[PLUGIN]
 
 KIND = kinds.TF_FUNCTION
 ALIAS_KIND = kinds.TF_FUNCTION_ALIAS
@@ -63,13 +64,19 @@ INSTANTIATION_OPS = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval"}
 class FunctionCache:
     """The first-call logic of one GraphCache (one per process: see __init__.enable)."""
 
-    def __init__(self, cache: GraphCache) -> None:
+    def __init__(self, cache: EntryService) -> None:
         self.cache = cache
         self.dir = TFDir()
         self._seen: set[tuple[Any, ...]] = set()
         self._lock = threading.Lock()
         self._identity_hash: str | None = None
         take_over_variable()
+
+    def release(self) -> None:
+        """Stop serving this process's calls (uninstall(), runtime.reset): the wrapper passes them through."""
+        with runtime.state.lock:
+            if runtime.state.plugins.get(PLUGIN) is self:
+                del runtime.state.plugins[PLUGIN]
 
     # -- the wrapper ---------------------------------------------------------------------------------------
     def call(self, original: Any, atomic: Any, args: tuple[Any, ...]) -> Any:
@@ -118,11 +125,11 @@ class FunctionCache:
         return keying.describe_call(ctx, fdef, tensor_inputs, options, self._identity_hash)
 
     def _lookup(self, call: keying.FunctionCall) -> tuple[codec.EntryHeader, bytes | memoryview] | None:
-        alias = self.cache.read_entry(call.fast_key)
+        alias = self.cache.read_entry(call.fast_key, kind=ALIAS_KIND)
         if alias is not None:
             header, payload = alias
             target = bytes(payload).decode("ascii", "replace")
-            if header.kind == ALIAS_KIND and target == header.extra.get("target"):
+            if target == header.extra.get("target"):
                 found = self._read_function(target, call)
                 if found is not None:
                     return found
@@ -134,12 +141,10 @@ class FunctionCache:
 
     def _read_function(self, key: str, call: keying.FunctionCall
                        ) -> tuple[codec.EntryHeader, bytes | memoryview] | None:
-        entry = self.cache.read_entry(key)
+        entry = self.cache.read_entry(key, kind=KIND)
         if entry is None:
             return None
         header, payload = entry
-        if header.kind != KIND:
-            return None
         try:
             optimized.check_payload(payload, call.fdef, call.ops | INSTANTIATION_OPS)
         except UntrustedEntryError as exc:

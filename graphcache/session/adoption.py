@@ -31,26 +31,29 @@ import importlib.util
 import os
 import runpy
 import sys
-import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from .. import runtime
+from ..core import plugins
 from ..core.settings import ENV_ACCELERATE, ENV_INSTALL
 
 CHILD_SITE = Path(__file__).resolve().parent / "child_site"
 
-_lock = threading.RLock()
 
+@dataclass(frozen=True)
+class Installation:
+    """What install() set (runtime.state.installed; replaced whole, so a reader sees one install or the next)."""
 
-@dataclass
-class _Installation:
     cache: Any
     experimental_config: Any
     originals: dict[type, Any]  # patched class -> its own __init__ before install()
 
-
-_state: _Installation | None = None
+    def undo(self) -> None:
+        """TensorFlow's own ``__init__`` back on each patched class."""
+        for tf_class, original in self.originals.items():
+            tf_class.__init__ = original
 
 
 def install(cache: Any = None, *, cache_dir: str | os.PathLike[str] | None = None, experimental_config: Any = None,
@@ -65,23 +68,20 @@ def install(cache: Any = None, *, cache_dir: str | os.PathLike[str] | None = Non
     again replaces the cache and config (sessions already made keep theirs); it never patches twice.
     Thread-safe. Returns the GraphCache.
     """
-    global _state
     from ..cache import GraphCache
     from . import drop_in as gc_session
 
     if cache is not None and (cache_dir is not None or settings):
         raise TypeError("graphcache.install(): pass cache=GraphCache(...) or cache_dir=/settings, not both")
-    with _lock:
+    with runtime.state.lock:
         if cache is None:
             if cache_dir is None and experimental_config is not None:
                 cache_dir = experimental_config.graph_compiler_cache_dir
-            cache = GraphCache(cache_dir, functions=functions, **settings)
+            cache = GraphCache(cache_dir, functions=functions, **settings)  # enables the functions plugin
         elif functions and not cache.disabled:
-            from .. import functions as gc_functions
-
-            gc_functions.enable(cache)
-        gc_session.DEFAULTS.set(cache, experimental_config)
-        if _state is None:
+            plugins.enable(cache, "functions")
+        current = runtime.state.installed
+        if current is None:
             import tensorflow as tf
 
             pairs = {tf.compat.v1.Session: gc_session.Session,
@@ -89,37 +89,32 @@ def install(cache: Any = None, *, cache_dir: str | os.PathLike[str] | None = Non
             originals = {tf_class: tf_class.__dict__["__init__"] for tf_class in pairs}
             for tf_class, gc_class in pairs.items():
                 tf_class.__init__ = _redirecting_init(tf_class, gc_class, originals[tf_class])
-            _state = _Installation(cache, experimental_config, originals)
+            runtime.state.installed = Installation(cache, experimental_config, originals)
         else:
-            _state.cache, _state.experimental_config = cache, experimental_config
+            runtime.state.installed = replace(current, cache=cache, experimental_config=experimental_config)
         return cache
 
 
 def uninstall() -> bool:
     """Undo ``install()``: TensorFlow's classes make TensorFlow sessions again. False when not installed."""
-    global _state
-    with _lock:
-        if _state is None:
+    with runtime.state.lock:
+        current, runtime.state.installed = runtime.state.installed, None
+        if current is None:
             return False
-        from . import drop_in as gc_session
-
-        for tf_class, original in _state.originals.items():
-            tf_class.__init__ = original
-        gc_session.DEFAULTS.set(None, None)
-        from .. import functions as gc_functions
-
-        gc_functions.disable()
-        _state = None
+        current.undo()
+        functions = runtime.state.plugins.get("functions")
+        if functions is not None:
+            functions.release()
         return True
 
 
 def installed() -> bool:
-    return _state is not None
+    return runtime.state.installed is not None
 
 
 def _redirecting_init(tf_class: type, gc_class: type, original: Any) -> Any:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        if type(self) is tf_class and _state is not None and _wants_cache(args, kwargs):
+        if type(self) is tf_class and runtime.state.installed is not None and _wants_cache(args, kwargs):
             self.__class__ = gc_class  # a subclass that adds no slots: the switch is safe before any state exists
             gc_class.__init__(self, *args, **kwargs)
         else:  # a subclass (graphcache's own included), or a session graphcache leaves plain
@@ -173,7 +168,7 @@ class _running:
         self._argv, self._path0, self._children, self._install_args = argv, path0, children, install_args
 
     def __enter__(self) -> None:
-        before = _state
+        before = runtime.state.installed
         self._before = None if before is None else (before.cache, before.experimental_config)
         cache = install(**self._install_args)
         env = child_environment(cache, self._install_args.get("experimental_config")) if self._children else {}

@@ -2,7 +2,7 @@
 
 How it works. The user's graph G is left alone. The first time a (feeds, fetches, targets) signature
 runs, its fan-in is compiled through the cache and the compiled graph is imported, under its own name
-scope, into a private run graph R (graphcache/run_graph.py); a plain session on R (optimizers off) runs
+scope, into a private run graph R (graphcache/session/run_graph.py); a plain session on R (optimizers off) runs
 every step. All signatures live in that one session, so variable state is shared: every variable keeps
 the shared name it had in G (its node name when it had none), so the copies in each scope resolve to one
 variable. Large constants are imported once and shared by the signatures that hold them. Library
@@ -43,7 +43,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 from tensorflow.python.client import session as tf_session_lib
 
-from .. import accelerate
+from .. import accelerate, runtime
 from .. import xla as _xla
 from ..cache import GraphCache
 from ..compile import graphs
@@ -59,22 +59,6 @@ log = logging.getLogger("graphcache")
 
 _STATEFUL_NAMED = frozenset({"VariableV2", "Variable", "VarHandleOp", "TemporaryVariable"})
 _scope_ids = itertools.count()
-
-
-class InstalledDefaults:
-    """What ``graphcache.install()`` set: the cache and experimental_config of sessions given neither."""
-
-    def __init__(self) -> None:
-        self._value: tuple[GraphCache | None, Any] = (None, None)
-
-    def set(self, cache: GraphCache | None, experimental_config: Any) -> None:
-        self._value = (cache, experimental_config)  # one assignment: readers see the old pair or the new
-
-    def get(self) -> tuple[GraphCache | None, Any]:
-        return self._value
-
-
-DEFAULTS = InstalledDefaults()
 
 
 def _shares_state(op_types: set[str]) -> bool:
@@ -132,7 +116,9 @@ class _CachingSession:
         self._signatures: dict[tuple, Imported] = {}
         self._partial_runs: dict[str, tuple[str, Imported]] = {}
         if cache is None and cache_dir is None and experimental_config is None:
-            cache, experimental_config = DEFAULTS.get()
+            installed = runtime.state.installed  # what install() set (adoption.py), if anything
+            if installed is not None:
+                cache, experimental_config = installed.cache, installed.experimental_config
         if cache_dir is None and experimental_config is not None:
             cache_dir = experimental_config.graph_compiler_cache_dir
         self._plain = settings.disabled()

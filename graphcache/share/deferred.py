@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from .. import runtime
 from ..core import exits, priority
 from ..core.failures import warn_once
 from ..errors import GraphCacheError
@@ -36,10 +36,8 @@ log = logging.getLogger("graphcache")
 
 T = TypeVar("T")
 
-# Weak: a build nobody started goes away with its owner (and the loaded model its closure holds); a started
-# one is held by its thread until it ends.
-_pending: weakref.WeakValueDictionary[tuple[str, str], DeferredBuild[Any]] = weakref.WeakValueDictionary()
-_pending_lock = threading.Lock()
+# The pending builds are runtime.state.deferred, by (cache dir, key). Weak: a build nobody started goes away
+# with its owner (and the loaded model its closure holds); a started one is held by its thread until it ends.
 
 
 class _NoLock:
@@ -63,8 +61,8 @@ class DeferredBuild(Generic[T]):
         self._lock = threading.Lock()
         self.result: T | None = None
         self.error: BaseException | None = None
-        with _pending_lock:
-            _pending[(str(cache.cache_dir), key)] = self
+        with runtime.state.pending_lock:
+            runtime.state.deferred[(str(cache.cache_dir), key)] = self
         exits.at_exit(exits.FUNCTIONS, start_all)
 
     def start(self) -> None:
@@ -102,21 +100,22 @@ class DeferredBuild(Generic[T]):
             log.warning("graphcache: building the cache entry for %s in the background failed", self.what,
                         exc_info=True)
         finally:
-            with _pending_lock:
-                if _pending.get((str(self.cache.cache_dir), self.key)) is self:
-                    del _pending[(str(self.cache.cache_dir), self.key)]
+            with runtime.state.pending_lock:
+                pending = runtime.state.deferred
+                if pending.get((str(self.cache.cache_dir), self.key)) is self:
+                    del pending[(str(self.cache.cache_dir), self.key)]
             self._done.set()
 
 
 def find(cache: Any, key: str) -> DeferredBuild[Any] | None:
     """This process's pending build of ``key`` in ``cache``'s dir, if there is one."""
-    with _pending_lock:
-        return _pending.get((str(cache.cache_dir), key))
+    with runtime.state.pending_lock:
+        return runtime.state.deferred.get((str(cache.cache_dir), key))
 
 
 def start_all() -> None:
     """Start every pending build nobody started yet (at exit: the ``writes`` stage then joins them)."""
-    with _pending_lock:
-        waiting = [build for build in _pending.values() if not build.started]
+    with runtime.state.pending_lock:
+        waiting = [build for build in runtime.state.deferred.values() if not build.started]
     for build in waiting:
         build.start()

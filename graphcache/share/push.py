@@ -5,7 +5,7 @@ configured (a team moving from per-machine caches to a shared bucket, a CI job t
 a bundle imported from elsewhere) stay local until pushed. ``push_entries`` sends the selected ones
 (default: every entry of the current version) that the remote does not list yet: each is verified first
 (checksums, and the signature when a signing key is set), written whole exactly as the remote tier writes
-it, and an XLA executable gets its marker afterwards (xla/markers.py), so other machines pull it at
+it, and an XLA executable gets its marker afterwards (entry/kinds.py), so other machines pull it at
 their next enable. Entries of several versions go under their own version prefixes.
 
 It never imports TensorFlow: the CLI runs it.
@@ -19,10 +19,10 @@ from typing import Any
 
 from ..core.cachedir import CacheDir
 from ..core.filters import Filter
+from ..entry import kinds
 from ..entry.checked import read_entry_file
 from ..errors import CorruptEntryError
 from ..store.remote import RemoteStore
-from ..xla.markers import marker_group
 
 
 @dataclass
@@ -69,9 +69,9 @@ def push_entries(cache: CacheDir, remote: RemoteStore, keys: Iterable[str] | Non
                                                           options=remote.options, timeout=remote.timeout,
                                                           read_only=remote.read_only)
         target.write(header.key, data)
-        group = marker_group(data)
+        group = kinds.group_of(header)
         if group is not None:
-            target.publish_marker(group, header.key)
+            target.mark(group, header.key)
             summary.markers += 1
         summary.pushed.append({"key": header.key, "kind": header.kind, "name": header.name,
                                "version": header.version, "size": len(data)})

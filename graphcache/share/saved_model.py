@@ -51,7 +51,6 @@ import dataclasses
 import json
 import logging
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Mapping
@@ -59,7 +58,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import filelock
 import numpy as np
 import xxhash
 from google.protobuf import message as pb_message
@@ -68,11 +66,11 @@ from ..cache import GraphCache
 from ..compile import safety
 from ..compile.compiled import CompiledGraph
 from ..compile.graphs import GraphView, Signature
-from ..core.failures import STORAGE_ERRORS, warn_once
+from ..core.failures import warn_once
 from ..entry import codec, kinds
 from ..entry.keyparts import combine, hash_json, hash_text
+from ..entry.keyshape import is_key
 from ..errors import GraphCacheError, InvalidGraphError, UnsupportedGraphError
-from ..store.local import is_key
 from . import deferred
 
 log = logging.getLogger("graphcache")
@@ -220,13 +218,11 @@ class Alias:
 
 def read_alias(cache: GraphCache, key: str) -> tuple[codec.EntryHeader, Alias] | None:
     """The alias stored under ``key``, or None (missing, or corrupt: then it is removed and counted)."""
-    entry = cache.read_entry(key)
+    entry = cache.read_entry(key, kind=ALIAS_KIND)
     if entry is None:
         return None
     header, payload = entry
     try:
-        if header.kind != ALIAS_KIND:
-            raise ValueError(f"entry kind is {header.kind!r}, not {ALIAS_KIND!r}")
         return header, Alias.from_json(payload)
     except (ValueError, KeyError, TypeError) as exc:
         cache.discard_corrupt(key, exc)
@@ -314,21 +310,9 @@ def build(cache: GraphCache, path: Path, signature_key: str, loaded: Any, *, key
     stored = False
     if compiled.key and not cache.disabled and not cache.read_only:
         # the alias may only point at an entry that is stored
-        stored = _entry_stored(cache, compiled.key) and write_alias(cache, key, parts, alias, path, freeze_seconds)
+        # (wait_for_entry: a background write of a big graph holds its key's lock until it is stored)
+        stored = cache.wait_for_entry(compiled.key) and write_alias(cache, key, parts, alias, path, freeze_seconds)
     return Prepared(key, alias, compiled, False, compiled.hit, stored)
-
-
-def _entry_stored(cache: GraphCache, key: str) -> bool:
-    """Whether ``key``'s entry is stored, once a background write of it has finished. That write holds the
-    key's compile lock until the entry is stored (cache.py), so taking the lock waits for exactly that
-    write, from any thread (``wait_for_writes`` would wait for every write, a deferred build included)."""
-    if cache.store.stat(key) is None:
-        try:
-            with cache.store.lock_for(key, cache.lock_timeout):
-                pass
-        except (filelock.Timeout, *STORAGE_ERRORS):
-            return False
-    return cache.store.stat(key) is not None
 
 
 def lookup(cache: GraphCache, key: str, *, load_graph: bool, source: Path | None = None) -> Prepared | None:
@@ -342,13 +326,9 @@ def lookup(cache: GraphCache, key: str, *, load_graph: bool, source: Path | None
         return None
     header, alias = found
     if not load_graph:
-        if cache.store.stat(alias.target) is None and cache.read_entry(alias.target) is None:
+        if not cache.has_entry(alias.target) and cache.read_entry(alias.target) is None:
             return None  # (read_entry: the target may be fetched through a remote tier)
-        if cache.index is not None and not cache.read_only:
-            try:
-                cache.index.touch(alias.target)
-            except (OSError, sqlite3.Error) as exc:  # an LRU touch is best effort
-                log.debug("graphcache: touching %s failed: %s", alias.target, exc)
+        cache.touch(alias.target)  # its LRU position: a use (best effort)
         return Prepared(key, alias, None, True, True, True)
     source_ops = saved_model_ops(source) if source is not None else set(alias.source_ops)
     compiled = _load_target(cache, alias, header, source_ops)

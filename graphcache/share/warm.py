@@ -162,7 +162,7 @@ def _warm_graph_def(cache: GraphCache, job: Job, feeds: Sequence[str] | None, fe
         result.status = CACHED
         return result
     cache.wait_for_writes()  # big entries are written in the background
-    if cache.store.stat(compiled.key) is None:
+    if not cache.has_entry(compiled.key):
         result.reason = "compiled, but the entry could not be stored (see the warnings)"
     else:
         result.status = COMPILED

@@ -1,13 +1,14 @@
-"""Where entry bytes live: a small interface (base.py) and its implementations.
+"""Where entry bytes live: one written contract (base.py) and its implementations, each knowing its
+service and no policy.
 
-``LocalStore`` (one file per entry in the cache dir), ``RemoteStore`` (shared entries on any fsspec URL:
-S3, MinIO, Ceph, a shared path; fsspec and its backend are imported on first use only) and
-``TieredStore`` (the local store in front of a remote one: read-through, background write-through).
+``LocalStore`` (one file per entry in the cache dir, striped lock files) and ``RemoteStore`` (shared
+entries on any fsspec URL: S3, MinIO, Ceph, a shared path; fsspec and its backend are imported on first use
+only). What to do with the bytes (verify, count, warn, keep a remote hit locally, upload a new entry) is the
+entry service's (core/service.py), and the remote's time limits and circuit breaker are core/tier.py's.
 """
 
-from .base import Store
+from .base import Store, StoredFile
 from .local import LocalStore
 from .remote import RemoteError, RemoteFile, RemoteStore
-from .tiered import TieredStore
 
-__all__ = ["LocalStore", "RemoteError", "RemoteFile", "RemoteStore", "Store", "TieredStore"]
+__all__ = ["LocalStore", "RemoteError", "RemoteFile", "RemoteStore", "Store", "StoredFile"]

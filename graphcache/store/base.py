@@ -1,13 +1,35 @@
-"""The storage interface: bytes in, bytes out, by key. Policies (eviction, versions, stats) live elsewhere."""
+"""The storage contract: bytes in, bytes out, by key. Every caller stays inside it; no caller tests a class.
+
+A store moves an entry's bytes, verified or not: it never decodes, checks, counts or warns (the entry
+service in core/service.py does, once, for every store). What a store must answer:
+
+- ``read(key)`` / ``read_parts(key, hasher)`` / ``read_head(key)``: the entry file's bytes, whole, as
+  (prefix + header, stored payload), or the prefix + header alone; None when the key is missing. A reader
+  racing a deleter sees a miss. ``read_parts`` feeds ``hasher`` the stored payload (stores that can, while
+  they read it).
+- ``write(key, data)`` / ``write_parts(key, parts)``: publish an entry whole: a reader sees the old state
+  or all of the new bytes, never part of them. Raises OSError (or the store's error) when it cannot.
+- ``delete(key)``: the bytes freed, 0 when it was already gone (racing deleters are not an error).
+- ``scan()``: every entry (``StoredFile``: key, path, size, mtime), in no particular order.
+- ``stat(key)``: one entry's ``StoredFile``, or None.
+- ``lock(key, timeout)``: a lock guarding ``key``'s compile across processes (``acquire()``/``release()``
+  and a context manager; acquiring raises ``TimeoutError`` after ``timeout`` seconds), or None where the
+  store has no locks.
+- ``mark(group, key)`` / ``marked(group)``: list an entry in a named group and list a group's keys, for
+  stores that keep groups (``keeps_groups``); a store without them lists nothing.
+- ``read_only``: True when writes, deletes and marks are refused.
+"""
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ..entry import codec
+
+Piece = bytes | memoryview
 
 
 @dataclass(frozen=True)
@@ -18,27 +40,44 @@ class StoredFile:
     mtime: float
 
 
+class Lock(Protocol):
+    """A cross-process lock (filelock's FileLock answers it)."""
+
+    def acquire(self) -> Any: ...
+
+    def release(self) -> None: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc_info: Any) -> Any: ...
+
+
 class Store(abc.ABC):
-    """A key -> bytes store. ``read`` returns None for a missing key; races with deleters are misses."""
+    """A key -> bytes store: see the module docstring for the contract."""
 
     read_only: bool = False
+    keeps_groups: bool = False
 
     @abc.abstractmethod
     def read(self, key: str) -> bytes | None: ...
 
-    def read_parts(self, key: str, hasher: Any = None) -> tuple[bytes | memoryview, bytes | memoryview] | None:
-        """The entry as (prefix + header, stored payload), or None when missing (core/checked.py reads
-        entries this way); ``hasher``, when given, is fed the stored payload. Stores that can read the two
-        pieces separately override this to skip a copy (and hash while reading)."""
+    def read_parts(self, key: str, hasher: Any = None) -> tuple[Piece, Piece] | None:
+        """The entry as (prefix + header, stored payload), or None; stores that can read the two pieces
+        apart override this to skip a copy (and hash while reading)."""
         data = self.read(key)
         return None if data is None else split_hashed(data, hasher)
 
-    @abc.abstractmethod
-    def write(self, key: str, data: bytes) -> None: ...
+    def read_head(self, key: str) -> Piece | None:
+        """The entry's prefix + header alone (its payload unread where the store can), or None."""
+        parts = self.read_parts(key)
+        return None if parts is None else parts[0]
 
-    def write_parts(self, key: str, parts: Iterable[bytes | memoryview]) -> None:
-        """Write the concatenation of ``parts`` (stores that can, write them without joining)."""
-        self.write(key, b"".join(parts))
+    def write(self, key: str, data: bytes) -> None:
+        self.write_parts(key, (data,))
+
+    @abc.abstractmethod
+    def write_parts(self, key: str, parts: Iterable[Piece]) -> None:
+        """Publish the concatenation of ``parts`` whole (stores that can, without joining them)."""
 
     @abc.abstractmethod
     def delete(self, key: str) -> int:
@@ -47,8 +86,23 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def scan(self) -> Iterator[StoredFile]: ...
 
+    @abc.abstractmethod
+    def stat(self, key: str) -> StoredFile | None: ...
 
-def split_hashed(data: bytes | memoryview, hasher: Any = None) -> tuple[memoryview, memoryview]:
+    def lock(self, key: str, timeout: float) -> Lock | None:
+        """The lock guarding ``key``'s compile, or None: this store has no locks."""
+        return None
+
+    def mark(self, group: str, key: str) -> None:
+        """List ``key`` in ``group`` (call it once the entry is published); a store without groups refuses."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no groups")
+
+    def marked(self, group: str) -> list[str]:
+        """The keys listed in ``group``; [] where the store keeps no groups."""
+        return []
+
+
+def split_hashed(data: Piece, hasher: Any = None) -> tuple[memoryview, memoryview]:
     """``codec.split(data)``, with the stored payload fed to ``hasher`` when one is given."""
     head, stored = codec.split(data)
     if hasher is not None:

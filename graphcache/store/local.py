@@ -22,10 +22,10 @@ from typing import Any, BinaryIO
 import filelock
 
 from ..entry import codec
+from ..entry.keyshape import ENTRY_SUFFIX, entry_file_name, is_key
 from .base import Store, StoredFile
 from .fileread import pread_all, read_range
 
-ENTRY_SUFFIX = ".gce"
 TMP_SUFFIX = ".tmp"
 ENTRIES_DIR = "entries"
 LOCKS_DIR = "locks"
@@ -51,10 +51,6 @@ def atomic_writer(final: Path, tag: str = "") -> Iterator[BinaryIO]:
         raise
 
 
-def is_key(text: str) -> bool:
-    return len(text) == 32 and all(c in "0123456789abcdef" for c in text)
-
-
 class LocalStore(Store):
     def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False) -> None:
         self.root = Path(root)
@@ -64,9 +60,9 @@ class LocalStore(Store):
 
     # -- paths ---------------------------------------------------------------------------------------------
     def path_for(self, key: str) -> Path:
-        return self.entries_dir / key[:2] / f"{key}{ENTRY_SUFFIX}"
+        return self.entries_dir / key[:2] / entry_file_name(key)
 
-    def lock_for(self, key: str, timeout: float) -> filelock.FileLock:
+    def lock(self, key: str, timeout: float) -> filelock.FileLock:
         """The striped lock guarding ``key``'s compile. Never deleted (see module docstring)."""
         self.locks_dir.mkdir(parents=True, exist_ok=True)
         return filelock.FileLock(str(self.locks_dir / f"{key[:2]}.lock"), timeout=timeout, thread_local=False)
@@ -111,8 +107,18 @@ class LocalStore(Store):
         finally:
             os.close(fd)
 
-    def write(self, key: str, data: bytes) -> None:
-        self.write_parts(key, (data,))
+    def read_head(self, key: str) -> bytes | None:
+        """The prefix and header (one read of ``HEAD_READ`` bytes, a second only for a bigger header)."""
+        try:
+            fd = os.open(self.path_for(key), os.O_RDONLY | _O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            first = pread_all(fd, HEAD_READ, 0)
+            body = codec.head_size(first)
+            return first[:body] if body <= len(first) else first + pread_all(fd, body - len(first), len(first))
+        finally:
+            os.close(fd)
 
     def write_parts(self, key: str, parts: Iterable[bytes | memoryview]) -> None:
         final = self.path_for(key)

@@ -12,11 +12,11 @@ Layout (``PREFIX`` is the URL given, e.g. ``s3://bucket/team/graphcache`` or ``f
 - ``<key>.gce``: the entry, byte for byte the same self-describing file as a local entry (codec.py).
 - ``xla/<group id>/<key>``: a zero-byte marker listing the entry ``<key>.gce`` in a marker group, for
   readers that must fetch a whole group before they know its keys. The only group so far is an XLA
-  identity (xla/markers.py says which entries get one): TensorFlow asks for executables by file name at
+  identity (entry/kinds.py says which entries get one): TensorFlow asks for executables by file name at
   compile time, so a machine lists its identity's markers at enable (one listing, no entry downloaded) and
   fetches the entries it lacks. The store knows groups, not what they mean; the folder keeps the name
   ``xla`` because that is the layout (``MARKERS_DIR``). A marker is published only after its entry's
-  upload succeeded (store/tiered.py), so it never names an entry that was not published yet; it says
+  upload succeeded (core/tier.py), so it never names an entry that was not published yet; it says
   nothing about the entry's content (the entry is fetched and verified like any other), and a marker whose
   entry is gone (purged by key) costs one remote miss. ``scan`` never yields markers; purges remove the
   markers of the entries they remove, and ``--stale`` every marker of the versions it drops.
@@ -28,8 +28,8 @@ Safe for many writers and readers without any coordination:
   temp file in the target folder is renamed onto the final name. A reader never sees a partial object.
 - Entries are immutable and content-addressed: two machines racing to upload one key upload the same
   entry, so whichever PUT lands last changes nothing. There is no manifest or index to keep consistent.
-- Nothing read from here is trusted before it passed core/checked.py's checks against the key asked for
-  (store/tiered.py does that before an entry reaches the local cache).
+- Nothing read from here is trusted before it passed entry/checked.py's checks against the key asked for
+  (the entry service, core/service.py, does that before an entry reaches the local cache).
 
 Endpoints and credentials come from the backend's standard places, so one URL scheme talks to AWS S3,
 MinIO or Ceph: for ``s3://``, botocore's environment and config files (``AWS_ENDPOINT_URL`` /
@@ -39,14 +39,13 @@ file), and the ``options`` passed here (fsspec storage options, e.g. ``{"endpoin
 which win. The backend package (``s3fs``, ``gcsfs``, ``adlfs``) is imported on first use only.
 
 This module does plain I/O and raises; the policies (time limits, circuit breaker, background uploads,
-fail-open) live in store/tiered.py. It never imports TensorFlow: the CLI uses it too.
+fail-open) live in core/tier.py and core/service.py. It never imports TensorFlow: the CLI uses it too.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -54,26 +53,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
+from ..entry.keyshape import ENTRY_SUFFIX, is_group_id, is_key
 from ..errors import GraphCacheError
 from .base import Store, StoredFile
-from .local import ENTRY_SUFFIX, TMP_SUFFIX, is_key
+from .local import TMP_SUFFIX
 
 LAYOUT = "v1"
 # The folder of a version that holds the marker groups. Part of layout v1: named after the first (and so
 # far only) kind of group, XLA identities; changing it orphans every published marker.
 MARKERS_DIR = "xla"
-_GROUP_ID_RE = re.compile(r"[0-9A-Za-z_-]{1,64}")  # a marker group id (an XLA identity id: 12 hex digits)
 # Object stores publish an object atomically when its (single or multipart) upload completes: no temp name.
 _OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "oss", "memory"})
 _S3 = frozenset({"s3", "s3a"})
 S3_RETRIES = 2  # attempts s3fs makes at a request that timed out or dropped (its default, 5, outlasts any timeout)
 
 T = TypeVar("T")
-
-
-def is_group_id(text: str) -> bool:
-    """Whether ``text`` can name a marker group (one safe path segment)."""
-    return bool(_GROUP_ID_RE.fullmatch(text))
 
 
 class RemoteError(GraphCacheError):
@@ -143,6 +137,8 @@ class RemoteStore(Store):
     ``timeout`` configures the backend's own connect/read timeouts where it has them (S3); the overall
     bound on a lookup is the caller's (``call_with_deadline``).
     """
+
+    keeps_groups = True
 
     def __init__(self, url: str, *, version: str = "", options: dict[str, Any] | None = None,
                  timeout: float = 5.0, read_only: bool = False) -> None:
@@ -258,6 +254,17 @@ class RemoteStore(Store):
         except FileNotFoundError:
             return None
 
+    def write_parts(self, key: str, parts: Iterable[bytes | memoryview]) -> None:
+        self.write(key, b"".join(parts))
+
+    def stat(self, key: str) -> RemoteFile | None:
+        path = self.path_for(key)
+        try:
+            info = self.fs.info(path)
+        except FileNotFoundError:
+            return None
+        return RemoteFile(key, path, int(info.get("size") or 0), _mtime(info), self.version)
+
     def write(self, key: str, data: bytes) -> None:
         """Publish a whole entry atomically: one PUT on object stores, temp file + rename elsewhere."""
         if self.read_only:
@@ -279,7 +286,7 @@ class RemoteStore(Store):
             raise
 
     # -- marker groups -------------------------------------------------------------------------------------
-    def publish_marker(self, group: str, key: str) -> None:
+    def mark(self, group: str, key: str) -> None:
         """List ``key`` in the marker group ``group`` (a zero-byte object). Call it after the entry's upload
         succeeded."""
         if self.read_only:
@@ -289,7 +296,7 @@ class RemoteStore(Store):
             self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         self.fs.pipe_file(path, b"")
 
-    def marked_keys(self, group: str) -> list[str]:
+    def marked(self, group: str) -> list[str]:
         """The keys listed in the marker group ``group`` of the bound version (one listing; no entry is read)."""
         prefix = self.markers_prefix(group)
         return sorted({key for found, key, _ in self._markers(prefix) if found == group})

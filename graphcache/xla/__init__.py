@@ -13,8 +13,8 @@ silently. ``enable_xla(cache)`` makes it part of the cache:
   view of those entries, checked and repaired at enable before TensorFlow reads it, ingested at ``sync()``
   (``GraphCache.flush``) and at interpreter exit (directory.py). Hits are told from access times
   (hits.py).
-- With a remote tier, uploaded executables are listed under their identity (markers.py) and a machine
-  fetches its identity's executables at enable, before TensorFlow's first compile.
+- With a remote tier, uploaded executables are marked in their identity's group (entry/kinds.py) and a
+  machine fetches its identity's group at enable, before TensorFlow's first compile.
 - TensorFlow reads ``TF_XLA_FLAGS`` once per process, on its first device listing, eager op or
   ``tf.function`` call: enable must come first, and a late enable is detected and warned about
   (binding.py). One process has one XLA directory: a second enable with another identity warns and keeps
@@ -23,6 +23,10 @@ silently. ``enable_xla(cache)`` makes it part of the cache:
 
 Stale versions: ``purge_stale_versions`` (versioning.py) removes ``xla/<version>/`` with the version's
 entries; an enable also removes ``xla/<version>`` dirs of versions the manifest no longer lists.
+
+A plugin (core/plugins.py): ``GraphCache(xla=True)``, ``GRAPHCACHE_XLA=1`` and ``enable_xla`` all enable it
+through ``plugins.enable(cache, "xla")``, which calls ``enable`` here; it registers the sync as the cache's
+flush hook and the exit drain's first stage. The bound directory is process state (``runtime.state``).
 
 Fail open: any failure warns once and leaves TensorFlow unbound or the entry unsynced; XLA then compiles
 as it would without graphcache. Known limits: TensorFlow fails a call when it cannot write a new executable
@@ -33,14 +37,17 @@ cap counts entries. A file that was never synced is checked for its framing only
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .. import runtime
 from ..compile.identity import device_kind
-from ..core import exits, settings
+from ..core import exits, plugins, settings
 from ..core.failures import warn_once
+from ..core.service import EntryService
 from ..core.stats import XLA_COUNTERS
 from ..errors import CacheIOError
 from .binding import auto_clustering, bind, cpu_jit_on
@@ -58,10 +65,6 @@ from .flags import (
     with_defaults,
 )
 from .identity import xla_identity
-from .markers import marker_group
-
-if TYPE_CHECKING:
-    from ..cache import GraphCache
 
 log = logging.getLogger("graphcache")
 
@@ -69,9 +72,9 @@ ENV_XLA = settings.ENV_XLA
 # The counters this package adds to the index's counters table (for the CLI's stats to list).
 COUNTERS = XLA_COUNTERS
 
-# Process-wide state: TensorFlow reads TF_XLA_FLAGS once, so one XLA directory per process.
+NAME = "xla"  # the plugin's name (core/plugins.py) and its key in runtime.state.plugins
+# TensorFlow reads TF_XLA_FLAGS once, so one XLA directory per process (runtime.state.plugins["xla"]).
 _lock = threading.RLock()
-_active: XlaCache | None = None
 
 
 def requested(explicit: bool | None = None) -> bool:
@@ -81,10 +84,10 @@ def requested(explicit: bool | None = None) -> bool:
 
 def active() -> XlaCache | None:
     """The XLA cache this process's TensorFlow is bound to (None when none is)."""
-    return _active
+    return runtime.state.plugins.get(NAME)
 
 
-def enable_xla(cache: GraphCache, *, cpu_jit: bool = False) -> XlaCache | None:
+def enable_xla(cache: EntryService, *, cpu_jit: bool = False) -> XlaCache | None:
     """Point TensorFlow's XLA persistent cache at ``cache`` (see the module docstring); None when not bound.
 
     Call it before TensorFlow lists devices or runs anything (``GraphCache(..., xla=True)`` does). Idempotent
@@ -94,20 +97,25 @@ def enable_xla(cache: GraphCache, *, cpu_jit: bool = False) -> XlaCache | None:
     ``jit_config``) cluster CPU ops (TensorFlow's ``tf_xla_cpu_global_jit``). TensorFlow reads that switch
     once, before its first op, so it is set here, together with the directory.
     """
+    return plugins.enable(cache, NAME, cpu_jit=cpu_jit)
+
+
+def enable(cache: EntryService, *, cpu_jit: bool = False) -> XlaCache | None:
+    """The plugin's entry point (core/plugins.py); ``enable_xla`` is the public spelling."""
     xc = _enable(cache)
     if cpu_jit:  # after binding: setting it makes TensorFlow parse TF_XLA_FLAGS
         cpu_jit_on()
     return xc
 
 
-def _enable(cache: GraphCache) -> XlaCache | None:
-    global _active
+def _enable(cache: EntryService) -> XlaCache | None:
     if cache.disabled:
         return None
     try:
         with _lock:
-            if _active is not None:
-                return _second_enable(cache)
+            bound = active()
+            if bound is not None:
+                return _second_enable(cache, bound)
             if cache.read_only:
                 warn_once("xla_read_only", f"graphcache: the cache dir {cache.cache_dir} is read-only; "
                                            "TensorFlow's XLA executables are not cached in this process")
@@ -125,43 +133,42 @@ def _enable(cache: GraphCache) -> XlaCache | None:
                           "compiles uncached in this process.")
                 return None
             xc.bound = True
-            _active = xc
-            _register_atexit()
+            runtime.state.plugins[NAME] = xc
+            cache.hooks.on_flush(functools.partial(sync, cache))  # new executables become entries first
+            exits.at_exit(exits.XLA_SYNC, _sync_at_exit)  # and at exit, before the drain waits for uploads
             log.info("graphcache: XLA executables cached in %s (%s)", xc.directory, xc.last_report)
             return xc
     except CacheIOError:
         raise
     except Exception as exc:  # never break the user's run for the cache's sake
-        if cache.strict:
-            raise CacheIOError(f"graphcache: enabling the XLA cache failed: {type(exc).__name__}: {exc}") from exc
-        warn_once("xla_error", f"graphcache: enabling the XLA cache in {cache.cache_dir} failed "
-                               f"({type(exc).__name__}: {exc}); XLA compiles uncached")
+        cache.failure("xla_error", "enabling the XLA cache", exc, consequence="XLA compiles uncached",
+                      uncacheable=False)
         return None
 
 
-def _second_enable(cache: GraphCache) -> XlaCache | None:
-    assert _active is not None
+def _second_enable(cache: EntryService, bound: XlaCache) -> XlaCache | None:
     try:
         tokens = process_flags()
-        wanted = XlaCache(cache, xla_identity(cache.version, _active.identity["device"], tokens)).directory
+        wanted = XlaCache(cache, xla_identity(cache.version, bound.identity["device"], tokens)).directory
     except Exception:
         wanted = None
-    if wanted is not None and _same_dir(wanted, _active.directory):
-        return _active
+    if wanted is not None and _same_dir(wanted, bound.directory):
+        cache.hooks.on_flush(functools.partial(sync, cache))
+        return bound
     warn_once("xla_second_identity",
-              f"graphcache: this process's TensorFlow already caches XLA executables in {_active.directory}; "
+              f"graphcache: this process's TensorFlow already caches XLA executables in {bound.directory}; "
               f"TensorFlow reads its flags once per process, so {wanted or cache.cache_dir} is not used. Keeping "
               "the first.")
-    return _active
+    return bound
 
 
-def sync(cache: GraphCache | None = None) -> XlaReport | None:
+def sync(cache: EntryService | None = None) -> XlaReport | None:
     """Store the executables TensorFlow wrote since the last sync as entries and record hits.
 
     ``cache``: sync only when the bound XLA directory belongs to this cache (``GraphCache.flush`` passes
     itself). Returns what was done, or None when nothing is bound.
     """
-    xc = _active
+    xc = active()
     if xc is None or (cache is not None and not _same_dir(cache.cache_dir, xc.cache.cache_dir)):
         return None
     try:
@@ -170,14 +177,12 @@ def sync(cache: GraphCache | None = None) -> XlaReport | None:
     except CacheIOError:
         raise
     except Exception as exc:
-        if xc.cache.strict:
-            raise CacheIOError(f"graphcache: syncing the XLA cache failed: {type(exc).__name__}: {exc}") from exc
-        warn_once("xla_error", f"graphcache: syncing the XLA cache in {xc.cache.cache_dir} failed "
-                               f"({type(exc).__name__}: {exc})")
+        xc.cache.failure("xla_error", "syncing the XLA cache", exc, consequence="new executables stay unsynced",
+                         uncacheable=False)
         return None
 
 
-def jit_config(config: Any = None, *, cache: GraphCache | None = None, cpu: bool = True) -> Any:
+def jit_config(config: Any = None, *, cache: EntryService | None = None, cpu: bool = True) -> Any:
     """A copy of ``config`` (a tf.compat.v1.ConfigProto) with XLA auto-clustering on (``global_jit_level=ON_1``).
 
     ``cache``: enable XLA caching into it first (``enable_xla(cache, cpu_jit=cpu)``). ``cpu``: also cluster
@@ -193,14 +198,10 @@ def jit_config(config: Any = None, *, cache: GraphCache | None = None, cpu: bool
 
 
 # -- interpreter exit ----------------------------------------------------------------------------------------
-def _register_atexit() -> None:
+def _sync_at_exit() -> None:
     """New executables become entries at exit, before the exit drain waits for the uploads they queue
     (core/exits.py runs the XLA sync first)."""
-    exits.at_exit(exits.XLA_SYNC, _sync_at_exit)
-
-
-def _sync_at_exit() -> None:
-    xc = _active
+    xc = active()
     if xc is not None:
         with _lock:
             xc.sync()
@@ -228,8 +229,8 @@ __all__ = [
     "enable_xla",
     "entry_key",
     "flags_with_directory",
+    "enable",
     "jit_config",
-    "marker_group",
     "parse_flags",
     "process_flags",
     "relevant_flags",

@@ -10,7 +10,7 @@ TensorFlow parsed our string now: the real constant-folding setting is restored 
 ``TF_XLA_FLAGS`` is restored to the user's value (child processes enable their own cache; they must not
 inherit a directory keyed for this process's TensorFlow). Not seeing it means the flags were parsed
 earlier: "too late". (The device kind that keys the directory is computed before binding without parsing
-the flags: graphcache/identity.py.)
+the flags: graphcache/compile/identity.py.)
 
 ``tf_xla_cpu_global_jit`` (CPU auto-clustering for sessions asking for ``global_jit_level``) has a setter;
 TensorFlow reads it once, before its first op, so a late switch warns.

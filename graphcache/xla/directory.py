@@ -31,24 +31,20 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import xxhash
 
 from ..core.failures import STORAGE_ERRORS, warn_once
 from ..core.index.database import IndexRow
+from ..core.service import EntryService
 from ..core.versioning import remove_version_dirs
 from ..entry import codec
 from ..errors import CorruptEntryError
-from ..store.local import LocalStore
-from ..store.tiered import TieredStore
 from . import files
 from .files import BAD_SUFFIX, FILE_RE, KIND, XLA_DIR, entry_key, well_formed
 from .hits import UseTracker, arm, read_quietly
 from .identity import xla_identity_id
-
-if TYPE_CHECKING:
-    from ..cache import GraphCache
 
 log = logging.getLogger("graphcache")
 
@@ -72,13 +68,12 @@ class XlaReport:
 class XlaCache:
     """One XLA directory (one identity) of one cache dir, kept in sync with the store's ``xla`` entries."""
 
-    def __init__(self, cache: GraphCache, identity: dict[str, Any]) -> None:
+    def __init__(self, cache: EntryService, identity: dict[str, Any]) -> None:
         self.cache = cache
         self.identity = identity
         self.id = xla_identity_id(identity)
         self.rel_dir = f"{XLA_DIR}/{cache.version}/{self.id}"
         self.directory = Path(cache.cache_dir) / XLA_DIR / cache.version / self.id
-        self.local = LocalStore(cache.cache_dir, read_only=True)  # paths and headers, never the remote
         self.bound = False
         self.last_report = XlaReport()
         self.uses = UseTracker()
@@ -177,19 +172,15 @@ class XlaCache:
     def _expected_digest(self, key: str) -> str | None:
         """The xxh3-128 the file must have according to its entry (None: no usable entry)."""
         if self.signing_key is not None:  # only a signed payload is trusted: read and check the whole entry
-            entry = self.cache.read_entry(key)
-            if entry is None:
-                return None
-            header, payload = entry
-            return xxhash.xxh3_128_hexdigest(payload) if header.kind == KIND else None
+            entry = self.cache.read_entry(key, kind=KIND)
+            return None if entry is None else xxhash.xxh3_128_hexdigest(entry[1])
         try:
-            header = codec.read_header(str(self.local.path_for(key)))
-        except FileNotFoundError:
-            return None
+            head = self.cache.store.read_head(key)  # the local entry's header alone: never the remote
+            header = None if head is None else codec.peek_header(head)
         except CorruptEntryError as exc:
             self.cache.discard_corrupt(key, exc)
             return None
-        if header.key != key or header.kind != KIND:
+        if header is None or header.key != key or header.kind != KIND:
             return None
         value = header.extra.get("xxh3")
         return value if isinstance(value, str) else None
@@ -197,14 +188,9 @@ class XlaCache:
     def _pull(self, report: XlaReport) -> None:
         """Copy this identity's entries that only the remote has into the local store (``_materialize``
         then writes their files): one listing of the identity's marker group, then parallel verified
-        downloads. The tiered store fails open (breaker, timeout, one warning) and refuses corrupt or
-        untrusted objects."""
-        store = self.cache.store
-        if self.cache.read_only or not isinstance(store, TieredStore):
-            return
-        keys = store.marked_keys(self.id)
-        if keys:
-            report.pulled = len(store.prefetch(keys))
+        downloads. The entry service fails open (breaker, timeout, one warning) and refuses corrupt or
+        untrusted objects; without a remote this pulls nothing."""
+        report.pulled = len(self.cache.pull_group(self.id))
 
     def _materialize(self, present: set[str], report: XlaReport) -> None:
         """Write every entry of this identity whose file is missing (entries from a bundle, moved-aside files)."""
@@ -214,12 +200,12 @@ class XlaCache:
         for row in self.entries():
             if row.key in present_keys:
                 continue
-            entry = self.cache.read_entry(row.key)
+            entry = self.cache.read_entry(row.key, kind=KIND)
             if entry is None:
                 continue
             header, payload = entry
             name = header.extra.get("file")
-            if (header.kind != KIND or header.extra.get("xla_dir") != self.rel_dir or not isinstance(name, str)
+            if (header.extra.get("xla_dir") != self.rel_dir or not isinstance(name, str)
                     or not FILE_RE.match(name) or entry_key(self.id, name) != row.key):
                 continue  # not ours, or a file name that could escape the directory
             digest = xxhash.xxh3_128_hexdigest(payload)

@@ -1,11 +1,11 @@
 """The XLA identity: what decides which executables XLA builds, and so which directory TensorFlow reads.
 
 It is the compiler version (TensorFlow + git version, entry format, identity salt), the device kind (GPU
-names and compute capabilities, or ``cpu``: graphcache/identity.py, computed without making TensorFlow
+names and compute capabilities, or ``cpu``: graphcache/compile/identity.py, computed without making TensorFlow
 parse its XLA flags), the host's CPU architecture and instruction-set flags (XLA CPU executables are built
 for the host's ISA), every ``TF_XLA_FLAGS`` flag except the persistent cache's own (flags.py) and
 ``XLA_FLAGS``. Its id names the directory (``xla/<version>/<id>/``, files.py) and the remote marker group
-of its executables (markers.py): an upgrade or a flag change never loads a stale executable, it reads
+of its executables (its group, entry/kinds.py): an upgrade or a flag change never loads a stale executable, it reads
 and writes another directory.
 """
 

@@ -2,9 +2,9 @@
 
 Three kinds of trouble, each reported with counts and fixed by ``verify --fix``:
 
-- entries: files that fail their checks (core/checked.py): removed, with their rows;
+- entries: files that fail their checks (entry/checked.py): removed, with their rows;
 - the index itself (CacheIndex.check): unreadable or failing SQLite's integrity check, or holding rows
-  that are not entry rows: rebuilt from the entry files (core/rebuild.py); totals that disagree with the
+  that are not entry rows: rebuilt from the entry files (core/index/rebuild.py); totals that disagree with the
   rows: recounted; counters that are negative or not numbers: dropped;
 - drift between rows and files (:class:`Drift`): rows whose file is gone are dropped, files with no row
   are indexed, rows whose size or header fields (version, kind, name) disagree with the file are

@@ -10,10 +10,10 @@ It holds what must be cheap to query or exact under concurrency:
 - ``versions``: the manifest of compiler versions seen, each with its last-open time and description;
   the CLI reads the current identity from here instead of importing TensorFlow;
 - ``meta``: when the index was built (a rebuild changes it) and when it was last checked against the files;
-- ``entry_parts`` and ``misses``: what explains misses, kept by core/misses.py through :meth:`CacheIndex.run`.
+- ``entry_parts`` and ``misses``: what explains misses, kept by core/index/misses.py through :meth:`CacheIndex.run`.
 
 **Derived data.** Every entry file describes itself (codec.py's header), so the index can always be
-rebuilt from the entry files (core/rebuild.py). This module only says when it must be: a database SQLite
+rebuilt from the entry files (core/index/rebuild.py). This module only says when it must be: a database SQLite
 cannot read as sound (not a database, malformed, truncated, text that does not decode, a row that is not
 an entry row, -wal/-shm files that cannot be opened) raises :class:`IndexCorruptError`; an owner that set
 ``on_corrupt`` (CacheDir) rebuilds the index, and the operation that failed runs once more on the new one.
@@ -23,7 +23,7 @@ Opening runs SQLite's ``quick_check``; :meth:`CacheIndex.check` is the full chec
 then on writes wait only ``BUSY_RETRY`` until one succeeds, so a process that holds the lock for ever (hung,
 stopped) costs each other process one bounded wait, not one per operation. Readers never wait (WAL).
 
-**Schema** (core/schema.py): ``PRAGMA user_version`` is the schema version; the missing migration steps
+**Schema** (core/index/schema.py): ``PRAGMA user_version`` is the schema version; the missing migration steps
 are applied in one transaction at open.
 
 WAL mode with ``synchronous=NORMAL``: a commit costs no fsync (the database stays consistent after a
@@ -376,7 +376,7 @@ class CacheIndex:
 
     def run(self, fn: Callable[[sqlite3.Connection], T], *, write: bool, default: Any = None) -> T:
         """``fn(connection)`` with this index's transaction, busy and healing rules (see ``_run``): for the
-        modules that keep their own tables here (core/misses.py)."""
+        modules that keep their own tables here (core/index/misses.py)."""
         return self._run(fn, write=write, default=default)
 
     def _query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:

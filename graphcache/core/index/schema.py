@@ -59,7 +59,7 @@ CREATE TABLE IF NOT EXISTS versions (
 SCHEMA_V2 = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value REAL NOT NULL);
 """
-# Schema 3: what explains misses (core/misses.py). ``entry_parts``: each graph entry's named key parts, so
+# Schema 3: what explains misses (core/index/misses.py). ``entry_parts``: each graph entry's named key parts, so
 # the entries nearest a miss are found by indexed queries (same name, same graph) without reading headers;
 # a row goes with its entry (trigger). A rebuild leaves it empty and lookups refill it from the headers
 # they meet. ``misses``: the newest misses (bounded); they cannot be rebuilt from the entry files.

@@ -24,7 +24,7 @@ takes its target graph entry along. Import refuses, before writing anything:
 
 - a bundle of another version than the cache's current one (both named in the error);
 - a corrupt bundle: not zstd or not a tar, truncated, zstd checksum, a member's size or xxh3-128 differing
-  from the manifest, an entry failing its checks against its key (core/checked.py), members missing or not listed;
+  from the manifest, an entry failing its checks against its key (entry/checked.py), members missing or not listed;
 - with a signing key (``GRAPHCACHE_SIGNING_KEY``, or the GraphCache's), an unsigned or badly signed entry;
 - a member that is not ``manifest.json`` or ``entries/<32 hex>.gce``, a regular file: absolute paths,
   ``..``, symlinks, hard links, devices, directories. Nothing is ever extracted: members are read as bytes.

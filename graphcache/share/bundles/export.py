@@ -20,8 +20,9 @@ from ...core.filters import Filter
 from ...entry import kinds
 from ...entry.checked import read_entry_file
 from ...entry.keyparts import identity_id
+from ...entry.keyshape import is_key
 from ...errors import CorruptEntryError
-from ...store.local import atomic_writer, is_key
+from ...store.local import atomic_writer
 from .format import BUNDLE_FORMAT, BUNDLE_VERSION, MANIFEST, ZSTD_LEVEL, BundleError
 from .targets import open_target, signing_key_for
 

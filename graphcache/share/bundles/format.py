@@ -24,13 +24,13 @@ import zstandard
 from ...core import settings
 from ...entry import codec
 from ...entry.checked import check
+from ...entry.keyshape import ENTRY_SUFFIX, KEY_PATTERN, is_key
 from ...errors import CorruptEntryError, GraphCacheError, UntrustedEntryError
-from ...store.local import is_key
 
 BUNDLE_FORMAT = "graphcache-bundle"
 BUNDLE_VERSION = 1
 MANIFEST = "manifest.json"
-ENTRY_MEMBER = re.compile(r"entries/([0-9a-f]{32})\.gce")
+ENTRY_MEMBER = re.compile(f"entries/({KEY_PATTERN}){re.escape(ENTRY_SUFFIX)}")
 MAX_MANIFEST = 64 * 2**20
 ZSTD_LEVEL = 3
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"

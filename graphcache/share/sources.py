@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..compile import graphs
-from ..share import saved_model, warm
+from . import saved_model, warm
 
 GRAPH_DEF, SAVED_MODEL = "graph_def", "saved_model"
 

@@ -1,0 +1,117 @@
+"""Plugins: what a cache can switch on without knowing it.
+
+A plugin is a module with ``enable(cache, **options)``; it registers what it needs on the cache's ``hooks``
+and returns its handle (or None when it is not enabled, e.g. for a disabled cache). GraphCache, install()
+and a plugin's own API all enable it through ``enable(cache, name)``, the one place that does; nothing
+that hosts a plugin imports it, and a plugin imports the core, never its host (the architecture test).
+Plugins are found by name in ``KNOWN`` (module paths, imported on first use, as fsspec's
+``known_implementations``); ``register`` adds one.
+
+The hooks, per cache (``Hooks``):
+
+- ``on_miss(handler)``: called with a ``MissEvent`` when a graph miss is about to write its entry; returns
+  extra header fields for the entry (or None). Explaining misses uses it (explain/plugin.py).
+- ``on_flush(handler)``: called by ``flush()`` after the background writes, before the uploads are waited
+  for. XLA uses it: new executables become entries, and so are uploaded too.
+- ``want(name)``: enable a plugin at the first miss rather than now (explaining misses is on by default,
+  and costs nothing to a process that only hits).
+
+Exit work joins the exit drain directly (core/exits.py), and groups of entries are declared by their kind
+(entry/kinds.py). A handler that raises is logged and skipped (a strict cache's CacheIOError excepted): a
+plugin's bug never fails a compile.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import CacheIOError
+
+log = logging.getLogger("graphcache")
+
+KNOWN: dict[str, str] = {
+    "explain": "graphcache.explain.plugin",  # misses that explain themselves
+    "functions": "graphcache.functions",  # TF2 functions' optimized graphs
+    "xla": "graphcache.xla",  # TensorFlow's XLA executables
+}
+
+
+@dataclass(frozen=True)
+class MissEvent:
+    """A graph miss about to be written: its ``fingerprint`` (compile/keys.Fingerprint), ``name`` and
+    ``signature`` (compile/graphs.Signature)."""
+
+    fingerprint: Any
+    name: str
+    signature: Any
+
+
+class Hooks:
+    """The hooks one cache's plugins registered (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._miss: list[Callable[[MissEvent], dict[str, Any] | None]] = []
+        self._flush: list[Callable[[], object]] = []
+        self._wanted: list[str] = []
+        self._lock = threading.Lock()
+        self.enabled: dict[str, Any] = {}  # plugin name -> its handle
+
+    def on_miss(self, handler: Callable[[MissEvent], dict[str, Any] | None]) -> None:
+        with self._lock:
+            self._miss.append(handler)
+
+    def on_flush(self, handler: Callable[[], object]) -> None:
+        with self._lock:
+            if handler not in self._flush:
+                self._flush.append(handler)
+
+    def want(self, name: str) -> None:
+        with self._lock:
+            self._wanted.append(name)
+
+    def miss(self, cache: Any, event: MissEvent) -> dict[str, Any]:
+        """Run the miss handlers (enabling wanted plugins first); the extra header fields they return."""
+        with self._lock:
+            wanted, self._wanted = self._wanted, []
+        for name in wanted:
+            enable(cache, name)
+        extra: dict[str, Any] = {}
+        for handler in list(self._miss):
+            try:
+                extra.update(handler(event) or {})
+            except CacheIOError:  # a strict cache's failure: the caller's to see
+                raise
+            except Exception:  # a plugin's bug must not fail the user's compile
+                log.warning("graphcache: a miss hook failed", exc_info=True)
+        return extra
+
+    def flush(self) -> None:
+        for handler in list(self._flush):
+            try:
+                handler()
+            except CacheIOError:
+                raise
+            except Exception:
+                log.warning("graphcache: a flush hook failed", exc_info=True)
+
+
+def register(name: str, module: str) -> None:
+    """Make the plugin module ``module`` (a dotted path with an ``enable(cache, **options)``) known as ``name``."""
+    KNOWN[name] = module
+
+
+def enable(cache: Any, name: str, **options: Any) -> Any:
+    """Enable the plugin ``name`` for ``cache`` (see the module docstring); its handle, or None."""
+    try:
+        path = KNOWN[name]
+    except KeyError:
+        raise ValueError(f"unknown graphcache plugin {name!r}: one of {', '.join(sorted(KNOWN))}") from None
+    handle = importlib.import_module(path).enable(cache, **options)
+    if handle is not None:
+        cache.hooks.enabled[name] = handle
+    return handle
