@@ -13,8 +13,6 @@ commands never import TensorFlow.
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _version
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
@@ -26,11 +24,6 @@ from .errors import (
     InvalidGraphError,
     UnsupportedGraphError,
 )
-
-try:
-    __version__ = _version("graphcache")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.0.0"
 
 _LAZY = {
     "GraphCache": "graphcache.cache",
@@ -67,6 +60,11 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # the package metadata is read when asked for, not at import
+        from .version import package_version
+
+        globals()[name] = package_version()
+        return globals()[name]
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'graphcache' has no attribute {name!r}")

@@ -7,7 +7,7 @@ once per process lives in ``state``:
   neither, and how to undo the install: session/adoption.py);
 - ``plugins``: each enabled plugin's process-wide handle by name (``xla``: the XLA directory TensorFlow is
   bound to, since TensorFlow reads its XLA flags once; ``functions``: the function cache every eager call
-  goes through); ``patched``: what graphcache wrapped in TensorFlow, by name, with the original, so it is
+  goes through), and the plugin modules registered beyond graphcache's own; ``patched``: what graphcache wrapped in TensorFlow, by name, with the original, so it is
   wrapped once;
 - ``warned``: the kinds of failure already warned about (core/failures.py: a failing disk warns once);
 - ``writers``, ``tiers``, ``deferred``: background writes, remote tiers with uploads and deferred builds
@@ -30,6 +30,7 @@ class ProcessState:
     lock: threading.RLock = field(default_factory=threading.RLock)  # guards installed, plugins, patched
     installed: Any = None
     plugins: dict[str, Any] = field(default_factory=dict)
+    plugin_modules: dict[str, str] = field(default_factory=dict)  # plugins registered by name (core/plugins.py)
     patched: dict[str, Any] = field(default_factory=dict)
     warned: set[str] = field(default_factory=set)
     warned_lock: threading.Lock = field(default_factory=threading.Lock)

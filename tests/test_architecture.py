@@ -1,11 +1,17 @@
 """The house rules, checked statically over graphcache's own files (Python's ast; nothing is imported).
 
-- no import cycle inside graphcache/ (module-level and function-level imports alike; imports under
-  ``if TYPE_CHECKING:`` are type-only and do not count);
+- no import cycle inside graphcache/, counting module-level, function-level and type-only
+  (``if TYPE_CHECKING:``) imports alike;
+- the layers (``LAYERS``, bottom first): a module imports its own wing and the layers below it, never a
+  wing beside it or above it. So store/ imports only the entry layer, GraphCache (cache.py) no plugin, and
+  a plugin never the module that hosts it;
+- process-wide mutable state lives in runtime.py: no ``global`` statement elsewhere, and no module global
+  rebound or mutated from inside a function (``MEMOS`` lists the pure-function memos, with why);
 - no private name (``_x``) imported from, or read off, another graphcache module;
-- the TensorFlow-free parts (core/, store/, cli/, bundles, push, and what they import at module level)
-  never import TensorFlow or Keras, at module level or lazily;
-- no module over MAX_LINES lines (a sign that it holds two jobs).
+- the TensorFlow-free parts (entry/, store/, core/, cli/, bundles, push, and what they import at module
+  level) never import TensorFlow or Keras, at module level or lazily;
+- at most ``MAX_TOP_LEVEL`` modules directly under graphcache/ besides the fixed ones; no module over
+  MAX_LINES lines and no function over MAX_FUNCTION_LINES lines (signs that they hold two jobs).
 """
 
 from __future__ import annotations
@@ -18,8 +24,30 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "graphcache"
 MAX_LINES = 600
-TF_FREE = ("graphcache.core", "graphcache.store", "graphcache.cli", "graphcache.share.bundles", "graphcache.share.push",
-           "graphcache.errors")
+MAX_FUNCTION_LINES = 60
+MAX_TOP_LEVEL = 6
+FIXED_TOP_LEVEL = ("graphcache", "graphcache.__main__", "graphcache.errors", "graphcache.config", "graphcache.cache")
+TF_FREE = ("graphcache.entry", "graphcache.core", "graphcache.store", "graphcache.cli", "graphcache.share.bundles",
+           "graphcache.share.push", "graphcache.errors", "graphcache.runtime")
+# Bottom first. A module may import its own wing (the first name of a layer's tuple it starts with) and
+# anything in a lower layer; never another wing of its own layer or anything above.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("graphcache.errors", "graphcache.runtime", "graphcache.version"),  # exceptions; all process state; the version
+    ("graphcache.entry",),  # what an entry is: bytes, checks, kinds, key parts, key shape
+    ("graphcache.store",),  # bytes in, bytes out
+    ("graphcache.core",),  # the TensorFlow-free entry service, its index, plugin hooks
+    ("graphcache.compile", "graphcache.accelerate"),  # graphs to compiled graphs; reduced-precision training
+    ("graphcache.xla", "graphcache.functions", "graphcache.explain", "graphcache.traces"),  # plugins
+    ("graphcache.cache", "graphcache.config"),  # GraphCache; ExperimentalConfig
+    ("graphcache.session", "graphcache.share"),  # the TF1 drop-in and adoption; entries that travel
+    ("graphcache.cli",),  # the command line
+    ("graphcache.__main__",),
+)
+PLUGINS = LAYERS[5]
+# Module globals that functions may fill in: memos of pure functions (the same answer every time).
+MEMOS = {
+    "graphcache.compile.graphs._RESOURCE_STATE": "op type -> resource state, a pure function of the op registry",
+}
 TF_ROOTS = ("tensorflow", "keras", "tf_keras")
 # Lazy imports of TensorFlow-using graphcache modules are allowed only in the CLI commands that compile
 # (warm, explain, run): everything else in the TF-free parts must not reach TensorFlow at all.
@@ -77,9 +105,10 @@ def load_modules() -> dict[str, Module]:
         type_only = _type_checking_blocks(module.tree)
         top_level = {id(node) for node in module.tree.body}
         for node in ast.walk(module.tree):
-            if not isinstance(node, ast.Import | ast.ImportFrom) or node.lineno in type_only:
+            if not isinstance(node, ast.Import | ast.ImportFrom):
                 continue
-            lazy = id(node) not in top_level and not _in_top_level_try(module.tree, node)
+            # Type-only imports never run: they count as lazy (cycles and layers see them, TF-free checks not).
+            lazy = node.lineno in type_only or (id(node) not in top_level and not _in_top_level_try(module.tree, node))
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     module.imports.append((alias.name, node.lineno, lazy))
@@ -235,3 +264,144 @@ def test_the_checks_see_real_problems(tmp_path):
             module.imports.append((node.names[0].name, node.lineno, False))
     assert module.names_from == [("graphcache.cache", "_secret", 1)]
     assert _imports_tf(module)
+
+
+# -- layers and wings -------------------------------------------------------------------------------------------
+def _starts(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def _layer_of(name: str) -> tuple[int, str] | None:
+    """(layer index, wing) of a graphcache module; None for the package itself (it re-exports everything)."""
+    for index, wings in enumerate(LAYERS):
+        for wing in wings:
+            if _starts(name, wing):
+                return index, wing
+    return None
+
+
+def test_every_module_has_a_layer():
+    homeless = sorted(name for name in MODULES if name != "graphcache" and _layer_of(name) is None)
+    assert not homeless, f"modules in no layer of LAYERS (add their wing): {homeless}"
+
+
+def _layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    problems = []
+    for name, targets in graph.items():
+        here = _layer_of(name)
+        if here is None:
+            continue
+        for target in targets:
+            there = _layer_of(target)
+            if there is None:
+                problems.append(f"{name} imports the package graphcache itself")
+            elif there[1] != here[1] and there[0] >= here[0]:
+                side = "beside" if there[0] == here[0] else "above"
+                problems.append(f"{name} imports {target}, a wing {side} it")
+    return sorted(problems)
+
+
+def test_wings_import_only_themselves_and_the_layers_below():
+    problems = _layer_violations(_graph(lazy=True))
+    assert not problems, "imports that go sideways or up (type-only and lazy imports included):\n" + "\n".join(problems)
+
+
+def test_the_store_imports_only_the_entry_layer_and_cache_imports_no_plugin():
+    graph = _graph(lazy=True)
+    store = sorted(f"{name} -> {target}" for name, targets in graph.items() if _starts(name, "graphcache.store")
+                   for target in targets if not any(_starts(target, ok) for ok in
+                                                    ("graphcache.store", "graphcache.entry", "graphcache.errors")))
+    entry = sorted(f"{name} -> {target}" for name, targets in graph.items() if _starts(name, "graphcache.entry")
+                   for target in targets if not any(_starts(target, ok) for ok in ("graphcache.entry", "graphcache.errors")))
+    cache = sorted(target for target in graph["graphcache.cache"] if any(_starts(target, p) for p in PLUGINS))
+    assert not store and not entry and not cache, (store, entry, cache)
+
+
+def test_the_layer_rules_see_real_problems():
+    """The checker itself: an upward import, a sideways one and a plugin importing its host are found."""
+    graph = {"graphcache.store.local": {"graphcache.core.service"},
+             "graphcache.xla.directory": {"graphcache.cache", "graphcache.functions.hook"},
+             "graphcache.session.drop_in": {"graphcache.session.lazy_cache", "graphcache.xla"}}
+    assert _layer_violations(graph) == [
+        "graphcache.store.local imports graphcache.core.service, a wing above it",
+        "graphcache.xla.directory imports graphcache.cache, a wing above it",
+        "graphcache.xla.directory imports graphcache.functions.hook, a wing beside it"]
+
+
+# -- process state, size --------------------------------------------------------------------------------------------
+_MUTATORS = frozenset({"add", "append", "appendleft", "clear", "discard", "extend", "insert", "pop", "popitem",
+                       "popleft", "remove", "setdefault", "update"})
+
+
+def _module_globals(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign | ast.AugAssign) else []
+        names.update(target.id for target in targets if isinstance(target, ast.Name))
+    return names
+
+
+def _state_outside_runtime(name: str, tree: ast.Module) -> list[str]:
+    """``global`` statements, and module globals rebound or mutated inside functions."""
+    globals_ = _module_globals(tree) - {"__all__"}
+    problems = []
+    for func in ast.walk(tree):
+        if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        local = {arg.arg for arg in (*func.args.args, *func.args.kwonlyargs, *func.args.posonlyargs)}
+        local |= {target.id for node in ast.walk(func) if isinstance(node, ast.Assign | ast.AnnAssign)
+                  for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                  if isinstance(target, ast.Name)}
+        for node in ast.walk(func):
+            found = None
+            if isinstance(node, ast.Global):
+                found = f"global {', '.join(node.names)}"
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and isinstance(node.func.value, ast.Name) and node.func.attr in _MUTATORS:
+                found = node.func.value.id if node.func.value.id in globals_ - local else None
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "next" \
+                    and node.args and isinstance(node.args[0], ast.Name):
+                found = node.args[0].id if node.args[0].id in globals_ - local else None
+            elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store | ast.Del) \
+                    and isinstance(node.value, ast.Name):
+                found = node.value.id if node.value.id in globals_ - local else None
+            if found and f"{name}.{found}" not in MEMOS:
+                problems.append(f"{name}:{node.lineno}: {found}")
+    return problems
+
+
+def test_process_state_lives_in_runtime():
+    problems = [problem for name, module in MODULES.items() if name != "graphcache.runtime"
+                for problem in _state_outside_runtime(name, module.tree)]
+    assert not problems, "process-wide state outside graphcache/runtime.py:\n" + "\n".join(problems)
+
+
+def test_the_state_rule_sees_real_problems():
+    tree = ast.parse("_seen = set()\n_n = 0\nCOUNTS = {}\n"
+                     "def f(x):\n    global _n\n    _n += 1\n    _seen.add(x)\n    COUNTS[x] = 1\n    y = []\n"
+                     "    y.append(x)\n")
+    assert _state_outside_runtime("graphcache.fake", tree) == [
+        "graphcache.fake:5: global _n", "graphcache.fake:7: _seen", "graphcache.fake:8: COUNTS"]
+
+
+def test_the_top_level_is_a_few_modules_beside_the_wings():
+    loose = sorted(name for name, module in MODULES.items() if name.count(".") == 1 and not module.is_package
+                   and name not in FIXED_TOP_LEVEL)
+    assert len(loose) <= MAX_TOP_LEVEL, f"{len(loose)} modules directly under graphcache/: {loose}"
+
+
+def _long_functions(tree: ast.Module) -> list[tuple[str, int, int]]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            start = min([node.lineno] + [decorator.lineno for decorator in node.decorator_list])
+            if node.end_lineno - start + 1 > MAX_FUNCTION_LINES:
+                found.append((node.name, start, node.end_lineno - start + 1))
+    return found
+
+
+def test_no_function_is_over_the_line_limit():
+    problems = [f"{module.path}:{line}: {func} has {length} lines" for module in MODULES.values()
+                for func, line, length in _long_functions(module.tree)]
+    assert not problems, f"functions over {MAX_FUNCTION_LINES} lines (split them by job):\n" + "\n".join(problems)

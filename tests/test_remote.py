@@ -16,8 +16,8 @@ from click.testing import CliRunner
 
 from graphcache import GraphCache, GraphCacheWarning, cli
 from graphcache.core.cachedir import CacheDir
-from graphcache.entry import codec
 from graphcache.core.tier import MISS_TTL, RemoteTier
+from graphcache.entry import codec
 from graphcache.store import LocalStore, RemoteError, RemoteStore
 
 from .helpers import run_python

@@ -18,8 +18,8 @@ from typing import Any
 
 import click
 
-from .. import __version__
 from ..errors import GraphCacheError, GraphCacheWarning
+from ..version import package_version
 from . import explain, info, manage, share
 from . import run as run_commands
 from .errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, CliError
@@ -112,7 +112,7 @@ class GraphCacheGroup(click.Group):
 
 @click.group(cls=GraphCacheGroup, context_settings={"help_option_names": ["-h", "--help"]},
              epilog=group_epilog())
-@click.version_option(__version__, "--version", prog_name=PROG, message="%(prog)s %(version)s")
+@click.version_option(package_version(), "--version", prog_name=PROG, message="%(prog)s %(version)s")
 @cache_dir_option
 def cli() -> None:
     """Inspect and manage a graphcache cache dir (compiled TensorFlow graphs).

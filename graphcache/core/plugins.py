@@ -4,8 +4,8 @@ A plugin is a module with ``enable(cache, **options)``; it registers what it nee
 and returns its handle (or None when it is not enabled, e.g. for a disabled cache). GraphCache, install()
 and a plugin's own API all enable it through ``enable(cache, name)``, the one place that does; nothing
 that hosts a plugin imports it, and a plugin imports the core, never its host (the architecture test).
-Plugins are found by name in ``KNOWN`` (module paths, imported on first use, as fsspec's
-``known_implementations``); ``register`` adds one.
+Plugins are found by name: graphcache's own in ``BUILTIN`` (module paths, imported on first use, as fsspec's
+``known_implementations``), others as ``register`` adds them (runtime.state.plugin_modules).
 
 The hooks, per cache (``Hooks``):
 
@@ -30,11 +30,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import runtime
 from ..errors import CacheIOError
 
 log = logging.getLogger("graphcache")
 
-KNOWN: dict[str, str] = {
+BUILTIN: dict[str, str] = {
     "explain": "graphcache.explain.plugin",  # misses that explain themselves
     "functions": "graphcache.functions",  # TF2 functions' optimized graphs
     "xla": "graphcache.xla",  # TensorFlow's XLA executables
@@ -102,15 +103,17 @@ class Hooks:
 
 def register(name: str, module: str) -> None:
     """Make the plugin module ``module`` (a dotted path with an ``enable(cache, **options)``) known as ``name``."""
-    KNOWN[name] = module
+    with runtime.state.lock:
+        runtime.state.plugin_modules[name] = module
 
 
 def enable(cache: Any, name: str, **options: Any) -> Any:
     """Enable the plugin ``name`` for ``cache`` (see the module docstring); its handle, or None."""
+    known = {**BUILTIN, **runtime.state.plugin_modules}
     try:
-        path = KNOWN[name]
+        path = known[name]
     except KeyError:
-        raise ValueError(f"unknown graphcache plugin {name!r}: one of {', '.join(sorted(KNOWN))}") from None
+        raise ValueError(f"unknown graphcache plugin {name!r}: one of {', '.join(sorted(known))}") from None
     handle = importlib.import_module(path).enable(cache, **options)
     if handle is not None:
         cache.hooks.enabled[name] = handle

@@ -58,7 +58,6 @@ from .run_graph import Imported, RunGraph, release_freed_memory, retyped
 log = logging.getLogger("graphcache")
 
 _STATEFUL_NAMED = frozenset({"VariableV2", "Variable", "VarHandleOp", "TemporaryVariable"})
-_scope_ids = itertools.count()
 
 
 def _shares_state(op_types: set[str]) -> bool:
@@ -114,6 +113,7 @@ class _CachingSession:
         self._hooks = list(hooks or [])
         self._hooks_ended = True
         self._signatures: dict[tuple, Imported] = {}
+        self._scope_ids = itertools.count()
         self._partial_runs: dict[str, tuple[str, Imported]] = {}
         if cache is None and cache_dir is None and experimental_config is None:
             installed = runtime.state.installed  # what install() set (adoption.py), if anything
@@ -342,7 +342,7 @@ class _CachingSession:
                     warn_once("accelerate_no_casts", f"graphcache: {variant.rewriter} converted nothing in "
                               f"{label} to {variant.dtype}: it trains at the original precision")
                 _pin_shared_names(run_graph_def)
-            scope = f"graphcache_{next(_scope_ids)}"
+            scope = f"graphcache_{next(self._scope_ids)}"  # unique in this session's run graph
             keep = {name.rpartition(":")[0] for name in (*feeds, *fetches)} | set(targets)
             self._runner.add(compiled, scope, keep, run_graph_def)
             imported = Imported(scope, compiled.key, compiled.hit, variant_name, loss_scaled)

@@ -21,18 +21,29 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ...entry import codec
 from ...entry.checked import read_checked
 from ...errors import CorruptEntryError
+from ...store.base import StoredFile
+from ...store.local import LocalStore
 from .database import CacheIndex, IndexProblem, IndexRow
 from .rebuild import Rebuild, recovered_versions, row_from_header
 
-if TYPE_CHECKING:
-    from ...store.base import StoredFile
-    from ...store.local import LocalStore
-    from ..cachedir import CacheDir
+
+class Audited(Protocol):
+    """What ``audit`` needs of a cache dir (core/cachedir.py's CacheDir answers it)."""
+
+    store: LocalStore
+    index: CacheIndex | None
+    problem: str  # why the index on disk is unusable, while it is not rebuilt
+    rebuilt: Rebuild | None  # what opening did about an unreadable index
+
+    @property
+    def index_path(self) -> Path: ...
+
+    def rebuild_index(self, problem: str, *, force: bool = False) -> Rebuild: ...
 
 DRIFT_KINDS = {
     "missing_files": "indexed entries whose file is gone",
@@ -136,7 +147,7 @@ def _read_header(stored: StoredFile) -> codec.EntryHeader | None:
     return header if header.key == stored.key else None
 
 
-def audit(cache: CacheDir, *, fix: bool = False, signing_key: bytes | None = None,
+def audit(cache: Audited, *, fix: bool = False, signing_key: bytes | None = None,
           advance: Callable[[int], None] | None = None) -> VerifyReport:
     """Check everything (see the module docstring); ``fix`` repairs it. ``advance(1)`` per entry checked."""
     index_problems = _index_problems(cache)
@@ -183,7 +194,7 @@ def audit(cache: CacheDir, *, fix: bool = False, signing_key: bytes | None = Non
     return report
 
 
-def _index_problems(cache: CacheDir) -> list[IndexProblem]:
+def _index_problems(cache: Audited) -> list[IndexProblem]:
     if cache.problem:  # found unreadable at open and not rebuilt
         return [IndexProblem("unreadable", f"{cache.index_path.name}: {cache.problem}")]
     if cache.rebuilt is not None:  # found unreadable at open and rebuilt then

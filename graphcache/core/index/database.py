@@ -51,6 +51,7 @@ from .schema import (
     ROW_COLUMNS,
     SCHEMA_VERSION,
     UPSERT,
+    IndexRow,
     row_values,
     schema_problems,
     statements,
@@ -65,19 +66,6 @@ class IndexCorruptError(sqlite3.DatabaseError):
 
 class IndexBusyError(sqlite3.OperationalError):
     """Another connection held the index's write lock for the whole wait."""
-
-
-@dataclass(frozen=True)
-class IndexRow:
-    key: str
-    name: str
-    kind: str
-    size: int
-    created: float
-    last_used: float
-    version: str
-    identity: str
-    compile_seconds: float
 
 
 @dataclass(frozen=True)

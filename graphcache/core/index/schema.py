@@ -14,10 +14,8 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .database import IndexRow
+from dataclasses import dataclass
+from typing import Any
 
 SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -101,6 +99,21 @@ UPSERT = (f"INSERT INTO entries ({ROW_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?) ON CO
            "name=excluded.name, kind=excluded.kind, size=excluded.size, created=excluded.created, "
            "last_used=excluded.last_used, version=excluded.version, identity=excluded.identity, "
            "compile_seconds=excluded.compile_seconds")
+
+
+@dataclass(frozen=True)
+class IndexRow:
+    """One entry's row: what ``ls``, the LRU order and the size cap read without opening the entry."""
+
+    key: str
+    name: str
+    kind: str
+    size: int
+    created: float
+    last_used: float
+    version: str
+    identity: str
+    compile_seconds: float
 
 
 def row_values(row: IndexRow) -> tuple:

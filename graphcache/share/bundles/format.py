@@ -24,13 +24,14 @@ import zstandard
 from ...core import settings
 from ...entry import codec
 from ...entry.checked import check
-from ...entry.keyshape import ENTRY_SUFFIX, KEY_PATTERN, is_key
+from ...entry.keyshape import ENTRY_SUFFIX, KEY_PATTERN, entry_file_name, is_key
 from ...errors import CorruptEntryError, GraphCacheError, UntrustedEntryError
 
 BUNDLE_FORMAT = "graphcache-bundle"
 BUNDLE_VERSION = 1
 MANIFEST = "manifest.json"
-ENTRY_MEMBER = re.compile(f"entries/({KEY_PATTERN}){re.escape(ENTRY_SUFFIX)}")
+ENTRIES = "entries"  # the folder of the entry members
+ENTRY_MEMBER = re.compile(f"{ENTRIES}/({KEY_PATTERN}){re.escape(ENTRY_SUFFIX)}")
 MAX_MANIFEST = 64 * 2**20
 ZSTD_LEVEL = 3
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -108,6 +109,11 @@ class ZstdReader(io.RawIOBase):
             self._fill()
             if self._done:
                 return
+
+
+def member_name(key: str) -> str:
+    """The bundle member that holds ``key``'s entry file."""
+    return f"{ENTRIES}/{entry_file_name(key)}"
 
 
 def check_member(member: tarfile.TarInfo, origin: str) -> str:
@@ -194,7 +200,7 @@ def parse_manifest(data: bytes, origin: str) -> dict[str, Any]:
     for entry in entries:
         ok = (isinstance(entry, dict) and isinstance(entry.get("key"), str) and is_key(entry["key"])
               and isinstance(entry.get("size"), int) and isinstance(entry.get("xxh3_128"), str)
-              and entry.get("path") == f"entries/{entry['key']}.gce")
+              and entry.get("path") == member_name(entry["key"]))
         if not ok:
             raise CorruptBundleError(f"{origin}: malformed manifest record {entry!r:.200}")
         if entry["key"] in seen:
@@ -225,74 +231,81 @@ def scan(path: Path, expected_version: str | None, on_entry: Callable[[str, byte
           | None = None, verified: Verified | None = None, signing_key: bytes | None = None) -> Verified:
     """One pass over the bundle: checks everything; calls ``on_entry`` for each verified entry."""
     origin = str(path)
-    manifest: dict[str, Any] | None = verified.manifest if verified is not None else None
+    manifest: dict[str, Any] | None = None
     records: dict[str, dict[str, Any]] = {}
     checksums: dict[str, str] = {}
     headers: dict[str, codec.EntryHeader] = {}
     with open_members(path) as members:
-        first = True
         for key, size, read in members:
-            if first:
-                if key != "":
-                    raise CorruptBundleError(f"{origin} is not a graphcache bundle (its first member is not "
-                                             f"{MANIFEST})")
-                if size > MAX_MANIFEST:
-                    raise CorruptBundleError(f"{origin}: implausible manifest size {size}")
-                parsed = parse_manifest(read(), origin)
-                if verified is not None and parsed != verified.manifest:
-                    raise CorruptBundleError(f"{origin} changed while it was being imported")
-                manifest = parsed
-                version = manifest["version"]
-                if expected_version is not None and version != expected_version:
-                    raise BundleVersionError(
-                        f"{origin} holds entries of compiler version {version}, but the cache's current "
-                        f"version is {expected_version}: export the bundle with the same TensorFlow (and "
-                        f"GRAPHCACHE_IDENTITY_SALT) as the machines that use it")
+            if manifest is None:
+                manifest = _first_member(origin, key, size, read, expected_version, verified)
                 records = {e["key"]: e for e in manifest["entries"]}
-                first = False
                 continue
-            assert manifest is not None
             if key == "":
                 raise CorruptBundleError(f"{origin} holds a second {MANIFEST}")
-            record = records.get(key)
-            if record is None:
-                raise CorruptBundleError(f"{origin}: member entries/{key}.gce is not listed in the manifest")
             if key in checksums:
                 raise CorruptBundleError(f"{origin} holds entry {key} twice")
-            if size != record["size"]:
-                raise CorruptBundleError(f"{origin}: entry {key} is {size} bytes, the manifest says "
-                                         f"{record['size']}")
-            data = read()
-            digest = xxhash.xxh3_128_hexdigest(data)
-            changed = verified is not None and verified.checksums.get(key) != digest
-            if digest != record["xxh3_128"] or changed:
-                raise CorruptBundleError(f"{origin}: entry {key} fails its checksum (the bundle is corrupt "
-                                         "or was modified)")
-            try:
-                header = check(data, key, signing_key=signing_key).header
-            except UntrustedEntryError as exc:
-                raise UntrustedBundleError(f"{origin}: entry {key} is refused: {exc} "
-                                           f"(${settings.ENV_SIGNING_KEY})") from None
-            except CorruptEntryError as exc:
-                raise CorruptBundleError(f"{origin}: entry {key} is corrupt: {exc}") from None
-            if header.version != manifest["version"]:
-                raise CorruptBundleError(f"{origin}: entry {key} is of version {header.version}, the "
-                                         f"manifest says {manifest['version']}")
-            if "kind" in record and header.kind != record["kind"]:
-                raise CorruptBundleError(f"{origin}: entry {key} is a {header.kind!r} entry, the manifest "
-                                         f"says {record['kind']!r}")
+            data, digest, header = _entry_member(origin, key, size, read, records.get(key), manifest["version"],
+                                                 verified, signing_key)
             checksums[key] = digest
             headers[key] = header
             if on_entry is not None:
                 on_entry(key, data, header)
-        if first:
+        if manifest is None:
             raise CorruptBundleError(f"{origin} is an empty archive, not a graphcache bundle")
-    assert manifest is not None
     missing = [key for key in records if key not in checksums]
     if missing:
         raise CorruptBundleError(f"{origin} is truncated or incomplete: {len(missing)} of the "
                                  f"manifest's entries missing ({missing[0]}...)")
     return Verified(manifest, checksums, headers)
+
+
+def _first_member(origin: str, key: str, size: int, read: Callable[[], bytes], expected_version: str | None,
+                  verified: Verified | None) -> dict[str, Any]:
+    """The manifest, which must come first (and match the one ``verified`` read, on a second pass)."""
+    if key != "":
+        raise CorruptBundleError(f"{origin} is not a graphcache bundle (its first member is not {MANIFEST})")
+    if size > MAX_MANIFEST:
+        raise CorruptBundleError(f"{origin}: implausible manifest size {size}")
+    manifest = parse_manifest(read(), origin)
+    if verified is not None and manifest != verified.manifest:
+        raise CorruptBundleError(f"{origin} changed while it was being imported")
+    version = manifest["version"]
+    if expected_version is not None and version != expected_version:
+        raise BundleVersionError(
+            f"{origin} holds entries of compiler version {version}, but the cache's current "
+            f"version is {expected_version}: export the bundle with the same TensorFlow (and "
+            f"GRAPHCACHE_IDENTITY_SALT) as the machines that use it")
+    return manifest
+
+
+def _entry_member(origin: str, key: str, size: int, read: Callable[[], bytes], record: dict[str, Any] | None,
+                  version: str, verified: Verified | None, signing_key: bytes | None
+                  ) -> tuple[bytes, str, codec.EntryHeader]:
+    """One entry member checked against its manifest record and as an entry: (bytes, xxh3-128, header)."""
+    if record is None:
+        raise CorruptBundleError(f"{origin}: member {member_name(key)} is not listed in the manifest")
+    if size != record["size"]:
+        raise CorruptBundleError(f"{origin}: entry {key} is {size} bytes, the manifest says {record['size']}")
+    data = read()
+    digest = xxhash.xxh3_128_hexdigest(data)
+    changed = verified is not None and verified.checksums.get(key) != digest
+    if digest != record["xxh3_128"] or changed:
+        raise CorruptBundleError(f"{origin}: entry {key} fails its checksum (the bundle is corrupt or was modified)")
+    try:
+        header = check(data, key, signing_key=signing_key).header
+    except UntrustedEntryError as exc:
+        raise UntrustedBundleError(f"{origin}: entry {key} is refused: {exc} "
+                                   f"(${settings.ENV_SIGNING_KEY})") from None
+    except CorruptEntryError as exc:
+        raise CorruptBundleError(f"{origin}: entry {key} is corrupt: {exc}") from None
+    if header.version != version:
+        raise CorruptBundleError(f"{origin}: entry {key} is of version {header.version}, the manifest says "
+                                 f"{version}")
+    if "kind" in record and header.kind != record["kind"]:
+        raise CorruptBundleError(f"{origin}: entry {key} is a {header.kind!r} entry, the manifest "
+                                 f"says {record['kind']!r}")
+    return data, digest, header
 
 
 def verify_bundle(path: str | os.PathLike[str], version: str | None = None, *,

@@ -82,48 +82,57 @@ def import_bundle(target: Any, path: str | os.PathLike[str], *, version: str | N
 
     signing_key = signing_key_for(target)
     verified = scan(path, expected, counted, signing_key=signing_key)  # pass 1: nothing is written
-    root = cache.root
-    (root / LOCKS_DIR).mkdir(parents=True, exist_ok=True)
-    written: list[str] = []
-    present: list[str] = []
-    total = 0
-    now = time.time()
-
-    def write(key: str, data: bytes, header: codec.EntryHeader) -> None:
-        nonlocal total
-        if _already_there(cache, key, signing_key):
-            present.append(key)
-        else:
-            written.append(key)  # before the write: a failed write is cleaned up too
-            cache.store.write(key, data)
-            total += len(data)
-            if cache.index is not None:
-                cache.index.upsert(row_from_header(header, len(data), now))
-        if progress is not None:
-            progress(1)
-
-    with filelock.FileLock(str(root / LOCKS_DIR / IMPORT_LOCK), thread_local=False):
-        try:
-            # pass 2: write, checking every member against pass 1
-            scan(path, expected, write, verified, signing_key)
-            if cache.index is not None:
-                if expected not in cache.index.versions():
-                    cache.index.record_version(expected, dict(verified.manifest.get("version_info") or {}))
-                if total:
-                    cache.index.add_counters({"bytes_written": total})
-        except BaseException:
-            for key in written:
-                with contextlib.suppress(OSError):
-                    cache.store.delete(key)
-            if cache.index is not None:
-                with contextlib.suppress(Exception):
-                    cache.index.remove(written)
-            raise
+    writer = _Writer(cache, signing_key, progress)
+    (cache.root / LOCKS_DIR).mkdir(parents=True, exist_ok=True)
+    with filelock.FileLock(str(cache.root / LOCKS_DIR / IMPORT_LOCK), thread_local=False):
+        writer.write_all(path, expected, verified)
     evicted = 0
-    if cache.index is not None and written:
+    if cache.index is not None and writer.written:
         max_size = limits.get("max_size", settings.resolve_size(None, settings.ENV_MAX_SIZE,
                                                                  settings.DEFAULT_MAX_SIZE))
         evicted = cache.evict(max_size=max_size, max_age=limits.get("max_age")).entries
-    return ImportSummary(str(path), str(root), verified.manifest["version"], written, present, total, evicted)
+    return ImportSummary(str(path), str(cache.root), verified.manifest["version"], writer.written, writer.present,
+                         writer.total, evicted)
+
+
+class _Writer:
+    """Pass 2: each member checked against pass 1 and written, with its row; all or nothing."""
+
+    def __init__(self, cache: CacheDir, signing_key: bytes | None, progress: Callable[[int], None] | None) -> None:
+        self.cache, self.signing_key, self.progress = cache, signing_key, progress
+        self.written: list[str] = []
+        self.present: list[str] = []
+        self.total = 0
+        self.now = time.time()
+
+    def write_all(self, path: Path, expected: str, verified: Any) -> None:
+        index = self.cache.index
+        try:
+            scan(path, expected, self.write, verified, self.signing_key)
+            if index is not None:
+                if expected not in index.versions():
+                    index.record_version(expected, dict(verified.manifest.get("version_info") or {}))
+                if self.total:
+                    index.add_counters({"bytes_written": self.total})
+        except BaseException:
+            for key in self.written:
+                with contextlib.suppress(OSError):
+                    self.cache.store.delete(key)
+            if index is not None:
+                with contextlib.suppress(Exception):
+                    index.remove(self.written)
+            raise
+
+    def write(self, key: str, data: bytes, header: codec.EntryHeader) -> None:
+        if _already_there(self.cache, key, self.signing_key):
+            self.present.append(key)
+        else:
+            self.written.append(key)  # before the write: a failed write is cleaned up too
+            self.cache.store.write(key, data)
+            self.total += len(data)
+            if self.cache.index is not None:
+                self.cache.index.upsert(row_from_header(header, len(data), self.now))
+        if self.progress is not None:
+            self.progress(1)
 
 
