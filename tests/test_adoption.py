@@ -231,9 +231,11 @@ def test_graphcache_run_is_like_python_argv_exit_status_tracebacks(tmp_path):
 def test_install_takes_a_cache_or_its_settings_not_both(cache):
     import pytest
 
+    from graphcache.session import adoption
+
     with pytest.raises(TypeError, match="not both"):
         graphcache.install(cache, cache_dir="/somewhere")
-    assert not graphcache.adoption.installed()
+    assert not adoption.installed()
 
 
 CHILDREN_SCRIPT = '''
