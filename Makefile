@@ -8,6 +8,9 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install --upgrade pip
 	$(PIP) install -e '.[dev]'
+	# Bytecode, as a regular install writes it: an editable install leaves it to the first import, which
+	# never writes it where PYTHONDONTWRITEBYTECODE is set, and then every process compiles graphcache again.
+	$(PY) -m compileall -q graphcache
 	touch $@
 
 install: $(VENV)/.installed

@@ -19,7 +19,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from .compile import graphs, identity, importing, keys, pipeline, safety
+from .compile import graphs, identity, importing, keys, safety
 from .compile.compiled import CompiledGraph
 from .compile.compilers import Compiler, GrapplerCompiler
 from .compile.graphs import GraphView, Signature
@@ -196,6 +196,8 @@ class GraphCache(EntryService):
 
     def _compile_now(self, source: graphs.Source, signature: Signature, options: Any
                      ) -> tuple[Any, bytes, float]:
+        from .compile import pipeline  # the miss path: a process that only hits never loads it
+
         return pipeline.compile_now(self.compiler, source, signature, options)
 
     # -- graph entries ---------------------------------------------------------------------------------------

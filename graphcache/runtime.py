@@ -21,27 +21,27 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass
 class ProcessState:
-    lock: threading.RLock = field(default_factory=threading.RLock)  # guards installed, plugins, patched
-    installed: Any = None
-    plugins: dict[str, Any] = field(default_factory=dict)
-    plugin_modules: dict[str, str] = field(default_factory=dict)  # plugins registered by name (core/plugins.py)
-    patched: dict[str, Any] = field(default_factory=dict)
-    warned: set[str] = field(default_factory=set)
-    warned_lock: threading.Lock = field(default_factory=threading.Lock)
-    # Weak: a writer, tier or build nobody holds any more has nothing pending (its threads hold it otherwise).
-    writers: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
-    tiers: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
-    deferred: weakref.WeakValueDictionary[tuple[str, str], Any] = field(
-        default_factory=weakref.WeakValueDictionary)
-    pending_lock: threading.Lock = field(default_factory=threading.Lock)  # guards writers, tiers, deferred
-    exit_drains: dict[str, list[Callable[[], None]]] = field(default_factory=dict)
-    exit_lock: threading.Lock = field(default_factory=threading.Lock)
+    """The fields named in the module docstring (a plain class: no dataclass machinery at import)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()  # guards installed, plugins, plugin_modules, patched
+        self.installed: Any = None
+        self.plugins: dict[str, Any] = {}
+        self.plugin_modules: dict[str, str] = {}  # plugins registered by name (core/plugins.py)
+        self.patched: dict[str, Any] = {}
+        self.warned: set[str] = set()
+        self.warned_lock = threading.Lock()
+        # Weak: a writer, tier or build nobody holds any more has nothing pending (its threads hold it otherwise).
+        self.writers: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.tiers: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.deferred: weakref.WeakValueDictionary[tuple[str, str], Any] = weakref.WeakValueDictionary()
+        self.pending_lock = threading.Lock()  # guards writers, tiers, deferred
+        self.exit_drains: dict[str, list[Callable[[], None]]] = {}
+        self.exit_lock = threading.Lock()
 
 
 state = ProcessState()

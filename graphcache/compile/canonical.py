@@ -50,7 +50,7 @@ import functools
 import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import xxhash
 from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, node_def_pb2, tensor_pb2
@@ -86,8 +86,7 @@ _NO_BACK: frozenset[int] = frozenset()
 _EMPTY = _LEN.pack(0)
 
 
-@dataclass(frozen=True)
-class NodeSummary:
+class NodeSummary(NamedTuple):
     """What one fan-in node's id covers, for explaining a miss (all by-products of hashing it)."""
 
     id: str  # the node's canonical id (hex): its own content and everything upstream of it
@@ -133,8 +132,7 @@ def _graph_ref(text: str) -> tuple[str, bytes]:
     return text, b"0"
 
 
-@dataclass(slots=True)  # one per node, alive until the key is done: no per-instance dict
-class _Parsed:
+class _Parsed(NamedTuple):  # one per node, alive until the key is done: a tuple, no per-instance dict
     data: list[tuple[str | None, bytes]]  # (source node or None for a function argument, port)
     controls: list[str]  # distinct control-input nodes
     arg_controls: list[bytes]  # distinct control inputs on function arguments, by position

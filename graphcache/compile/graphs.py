@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from google.protobuf import message as _pb_message
 from google.protobuf import text_format
@@ -24,8 +24,7 @@ from . import wire
 # -- loading ---------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Source:
+class Source(NamedTuple):
     """A graph as given: always a GraphDef, plus the tf.Graph when the user passed one (no re-import)."""
 
     graph_def: graph_pb2.GraphDef

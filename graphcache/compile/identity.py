@@ -13,8 +13,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..entry import codec
 from ..entry.keyparts import version_id
@@ -41,8 +40,7 @@ def compiler_version(salt: str = "") -> dict[str, Any]:
             "salt": salt}
 
 
-@dataclass(frozen=True)
-class Gpu:
+class Gpu(NamedTuple):
     """One physical GPU as TensorFlow describes it (``tf.config.experimental.get_device_details``)."""
 
     name: str  # "" when TensorFlow gives none

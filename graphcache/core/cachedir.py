@@ -18,21 +18,24 @@ import stat
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import CacheDirError
 from ..store.local import LocalStore
 from . import settings
 from .failures import warn_once
-from .filters import Filter
-from .index.audit import VerifyReport, audit, find_drift, repair_drift
 from .index.database import INDEX_ERRORS, INDEX_FILE, CacheIndex, IndexCorruptError, IndexRow
 from .index.rebuild import FAILED, NOT_WRITABLE, Rebuild, memory_index, rebuild_index
 from .index.rebuild import row_from_header as row_from_header
 from .index.schema import META_CHECKED
-from .selection import Selection, SelectionError, resolve_prefix, select
-from .stats import Stats
 from .units import parse_size
 from .versioning import PurgeResult, purge_stale_versions
+
+if TYPE_CHECKING:  # loaded by the calls that use them (management: purge, ls, stats, verify)
+    from .filters import Filter
+    from .index.audit import VerifyReport
+    from .selection import Selection
+    from .stats import Stats
 
 log = logging.getLogger("graphcache")
 
@@ -220,6 +223,8 @@ class CacheDir:
         Reads the headers of files without a row only (core/index/audit.py)."""
         if self.index is None or self.index.memory:
             return (0, 0)
+        from .index.audit import find_drift, repair_drift
+
         drift, rows, files = find_drift(self.index, self.store)
         return repair_drift(self.index, drift, rows, files)
 
@@ -253,9 +258,13 @@ class CacheDir:
     def audit(self, *, fix: bool = False, signing_key: bytes | None = None,
               advance: Callable[[int], None] | None = None) -> VerifyReport:
         """Check the entries, the index and the two against each other (core/index/audit.py); ``fix`` repairs."""
+        from .index.audit import audit
+
         return audit(self, fix=fix, signing_key=signing_key, advance=advance)
 
     def stats(self, current_version: str | None = None, max_size: int | None = None) -> Stats:
+        from .stats import Stats
+
         version = current_version if current_version is not None else self.current_version()
         if self.index is None:
             return Stats.from_counters(0, 0, {}, version, max_size)
@@ -276,6 +285,8 @@ class CacheDir:
                 candidates.add(text)
         else:
             candidates.update(f.key for f in self.store.scan() if f.key.startswith(text))
+        from .selection import resolve_prefix
+
         return resolve_prefix(prefix, candidates, self.root)
 
     def select(self, selection: Selection, *, current_version: str | None = None,
@@ -283,6 +294,8 @@ class CacheDir:
         """The indexed entries ``selection`` picks (core/selection.py), most recently used first."""
         if self.index is None:
             return []
+        from .selection import select
+
         version = current_version if current_version is not None else self.current_version()
         return select(self.index.rows(order="last_used DESC, key DESC"), selection, current_version=version,
                       where=self.root, now=now)
@@ -291,6 +304,8 @@ class CacheDir:
                         current_version: str | None = None) -> list[IndexRow]:
         """The entries an export or a push takes: ``keys`` (each must exist), narrowed by ``filters``; neither
         given: every entry of the current version. Sorted by key unless keys were given."""
+        from .selection import Selection, SelectionError
+
         if self.index is None:
             raise SelectionError(f"cannot read the cache index in {self.root}")
         keys = list(dict.fromkeys(keys)) if keys is not None else None
@@ -312,6 +327,8 @@ class CacheDir:
         remain (``5GB``); ``filters``: ``FIELD OP VALUE`` expressions. Selections given together must all
         match (``older_than`` and ``filters`` narrow the others).
         """
+        from .selection import Selection
+
         conditions = list(filters)
         if older_than is not None:
             conditions.append(f"accessed>{older_than}s" if isinstance(older_than, int | float)

@@ -27,8 +27,7 @@ import importlib
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import runtime
 from ..errors import CacheIOError
@@ -42,8 +41,7 @@ BUILTIN: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
-class MissEvent:
+class MissEvent(NamedTuple):
     """A graph miss about to be written: its ``fingerprint`` (compile/keys.Fingerprint), ``name`` and
     ``signature`` (compile/graphs.Signature)."""
 

@@ -36,12 +36,12 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..entry import codec, kinds
 from ..entry.checked import CheckedEntry, check, read_checked
 from ..errors import CacheIOError, CorruptEntryError, UntrustedEntryError
-from ..store import LocalStore, RemoteStore
+from ..store.local import LocalStore
 from .background import BackgroundWrites
 from .cachedir import (
     CacheDir,
@@ -52,14 +52,17 @@ from .cachedir import (
     warn_if_shared_writable,
 )
 from .failures import STORAGE_ERRORS, fail_open, warn_once
-from .index import misses
 from .index.database import CacheIndex, IndexBusyError, IndexCorruptError, IndexRow
 from .index.rebuild import remove_stale_builds
 from .plugins import Hooks
 from .settings import CacheSettings
-from .stats import UNCACHEABLE_PREFIX, Stats
-from .tier import RemoteTier
 from .versioning import PurgeResult, purge_stale_versions
+
+if TYPE_CHECKING:  # loaded where used: a remote only where one is configured, misses' records on writes
+    from ..store.remote import RemoteStore
+    from .index import misses
+    from .stats import Stats
+    from .tier import RemoteTier
 
 log = logging.getLogger("graphcache")
 
@@ -95,6 +98,9 @@ class EntryService:
         self.remote: RemoteStore | None = None
         self.tier: RemoteTier | None = None
         if settings.remote and not self.disabled:
+            from ..store.remote import RemoteStore
+            from .tier import RemoteTier
+
             self.remote = RemoteStore(settings.remote, version=version, options=settings.remote_options,
                                       timeout=settings.remote_timeout, read_only=settings.remote_read_only)
             self.tier = RemoteTier(self.remote, timeout=settings.remote_timeout,
@@ -198,6 +204,8 @@ class EntryService:
 
     def count_uncacheable(self, reason: str, errors: int = 0) -> None:
         """Count a lookup the cache could not serve, by reason (stats.REASONS)."""
+        from .stats import UNCACHEABLE_PREFIX
+
         self.count(**{UNCACHEABLE_PREFIX + reason: 1, "errors": errors})
 
     def failure(self, reason: str, what: str, exc: BaseException, *,
@@ -238,6 +246,8 @@ class EntryService:
             return
         try:
             if not self.index.touch(key) and header is not None:
+                from .index import misses  # a row the index lacks: re-added as a write adds it
+
                 misses.upsert_entry(self.index, row_from_header(header, size, time.time()), misses.graph_parts(header))
         except (IndexBusyError, IndexCorruptError) as exc:
             self._index_failed("recording a use", exc)
@@ -340,6 +350,8 @@ class EntryService:
         size = sum(len(part) for part in parts)
         self.count(bytes_written=size)
         if self.index is not None and self.dir is not None:
+            from .index import misses
+
             try:
                 misses.upsert_entry(self.index, row_from_header(header, size, header.created),
                                     misses.graph_parts(header))
@@ -393,6 +405,8 @@ class EntryService:
                         everything: bool = False) -> tuple[list[misses.Candidate], int]:
         """The cached graph entries nearest a graph (see misses.nearest), and how many more there were;
         nothing when the index fails (fail open: an explanation is never worth a failed run)."""
+        from .index import misses
+
         try:
             index = self._explain_index()
             if index is None:
@@ -418,6 +432,8 @@ class EntryService:
         """Add ``miss`` to the index's bounded table of recent misses (best effort, like the counters)."""
         if self.index is None or self.read_only:
             return
+        from .index import misses
+
         try:
             misses.record(self.index, miss)
         except (IndexBusyError, IndexCorruptError) as exc:

@@ -13,8 +13,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
 from .units import parse_duration, parse_size
 
 ENV_DIR = "GRAPHCACHE_DIR"
@@ -142,6 +140,8 @@ def default_cache_dir() -> Path:
     from_env = os.environ.get(ENV_DIR)
     if from_env:
         return Path(from_env).expanduser()
+    import platformdirs  # only when no dir is given
+
     return Path(platformdirs.user_cache_dir("graphcache", appauthor=False))
 
 

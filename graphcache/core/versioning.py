@@ -14,9 +14,8 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..entry.kinds import VERSION_DIRS
 from .index.database import CacheIndex
@@ -27,8 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("graphcache")
 
 
-@dataclass(frozen=True)
-class PurgeResult:
+class PurgeResult(NamedTuple):
     """What a purge freed: entry count, bytes, the versions dropped (stale purges) and the keys removed."""
 
     entries: int

@@ -17,9 +17,7 @@ import secrets
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
-
-import filelock
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..entry import codec
 from ..entry.keyshape import ENTRY_SUFFIX, entry_file_name, is_key
@@ -32,6 +30,9 @@ LOCKS_DIR = "locks"
 TMP_GRACE_SECONDS = 3600.0  # a temp file older than this belongs to a writer that died
 HEAD_READ = 64 * 1024  # read_parts reads this much first: prefix + header (a few kB), small entries whole
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+if TYPE_CHECKING:
+    import filelock
 
 
 @contextlib.contextmanager
@@ -64,6 +65,8 @@ class LocalStore(Store):
 
     def lock(self, key: str, timeout: float) -> filelock.FileLock:
         """The striped lock guarding ``key``'s compile. Never deleted (see module docstring)."""
+        import filelock  # ~7 ms to import: paid by the first compile, not by every process that opens a cache
+
         self.locks_dir.mkdir(parents=True, exist_ok=True)
         return filelock.FileLock(str(self.locks_dir / f"{key[:2]}.lock"), timeout=timeout, thread_local=False)
 

@@ -201,5 +201,5 @@ def _index_problems(cache: Audited) -> list[IndexProblem]:
         return [IndexProblem("unreadable", f"{cache.index_path.name}: {cache.rebuilt.problem}")]
     if cache.index is None:
         return []
-    return [dataclasses.replace(problem, text=f"{cache.index_path.name}: {problem.text}")
+    return [problem._replace(text=f"{cache.index_path.name}: {problem.text}")
             for problem in cache.index.check(full=True)]

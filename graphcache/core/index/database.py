@@ -41,9 +41,8 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from .schema import (
     META_BUILT,
@@ -68,8 +67,7 @@ class IndexBusyError(sqlite3.OperationalError):
     """Another connection held the index's write lock for the whole wait."""
 
 
-@dataclass(frozen=True)
-class IndexProblem:
+class IndexProblem(NamedTuple):
     """Something wrong with the index itself (not with the entry files): ``kind`` is ``unreadable``,
     ``integrity`` or ``rows`` (only a rebuild fixes those), ``totals`` or ``counters`` (fixed in place)."""
 

@@ -34,10 +34,8 @@ import os
 import secrets
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
-
-import filelock
+from typing import NamedTuple
 
 from ...entry import codec
 from ...entry.keyparts import identity_id
@@ -80,8 +78,7 @@ def row_from_header(header: codec.EntryHeader, size: int, last_used: float) -> I
         compile_seconds=header.compile_seconds)
 
 
-@dataclass(frozen=True)
-class Rebuild:
+class Rebuild(NamedTuple):
     """What happened to an unreadable index: ``problem`` (what SQLite said), ``outcome`` (REBUILT, ...),
     ``entries`` re-indexed, the name it was set aside under, and the error when rebuilding failed."""
 
@@ -158,6 +155,8 @@ def rebuild_index(root: Path, store: LocalStore, problem: str, *, wait: float, s
     time of the index the caller found unreadable (None when it could not read it), so a rebuild another
     process finished meanwhile is used instead of repeated; ``force`` rebuilds even so (``verify --fix``).
     Waits at most ``wait`` seconds for another rebuilder."""
+    import filelock  # only a rebuild takes this lock
+
     try:
         (root / LOCKS_DIR).mkdir(parents=True, exist_ok=True)
         lock = filelock.FileLock(str(root / LOCKS_DIR / LOCK_FILE), timeout=max(wait, 0.0), thread_local=False)
