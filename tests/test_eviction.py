@@ -129,7 +129,7 @@ def test_index_totals_follow_inserts_updates_and_deletes(tmp_path):
 
     assert index.totals() == summed()
     row = index.get(_key(0))
-    index.upsert(row.__class__(**{**row.__dict__, "size": row.size + 123}))  # re-put of one key
+    index.upsert(row._replace(size=row.size + 123))  # re-put of one key
     index.remove([_key(1), _key(2), "f" * 32])
     assert index.totals() == summed() and index.totals()[0] == 3
 
@@ -137,7 +137,7 @@ def test_index_totals_follow_inserts_updates_and_deletes(tmp_path):
 def test_reconcile_refreshes_sizes_a_killed_writer_left_stale(tmp_path):
     cache = _fill(tmp_path, 3)
     row = cache.index.get(_key(1))
-    cache.index.upsert(row.__class__(**{**row.__dict__, "size": row.size - 2}))  # file replaced, row not
+    cache.index.upsert(row._replace(size=row.size - 2))  # file replaced, row not
     assert cache.index.totals()[1] != sum(f.size for f in cache.store.scan())
     cache.reconcile()
     assert cache.index.totals() == (3, sum(f.size for f in cache.store.scan()))

@@ -49,7 +49,6 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import xxhash
@@ -450,16 +449,16 @@ class Canonicalizer:
         return elements
 
 
-@dataclass
 class _Scope:
     """What hashing one scope produced; ``summaries`` turns it into NodeSummaries when asked."""
 
-    nodes: dict[str, node_def_pb2.NodeDef]
-    ids: dict[str, bytes] = field(default_factory=dict)  # node -> canonical id
-    parsed: dict[str, _Parsed] = field(default_factory=dict)
-    attrs: dict[str, dict[str, bytes]] = field(default_factory=dict)  # node -> hashed attribute -> digest
-    order: list[str] = field(default_factory=list)  # inputs before consumers (back edges aside)
-    elements: list[bytes] = field(default_factory=list)
+    def __init__(self, nodes: dict[str, node_def_pb2.NodeDef]) -> None:
+        self.nodes = nodes
+        self.ids: dict[str, bytes] = {}  # node -> canonical id
+        self.parsed: dict[str, _Parsed] = {}
+        self.attrs: dict[str, dict[str, bytes]] = {}  # node -> hashed attribute -> digest
+        self.order: list[str] = []  # inputs before consumers (back edges aside)
+        self.elements: list[bytes] = []
 
     def summaries(self, canon: Canonicalizer) -> dict[str, NodeSummary]:
         result = {}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -156,8 +155,7 @@ def _as_list(items: Any) -> list[Any]:
     return list(items)
 
 
-@dataclass(frozen=True)
-class Signature:
+class Signature(NamedTuple):
     """What one compile is for: sorted, normalized feeds (tensors), fetches (tensors) and targets (ops)."""
 
     feeds: tuple[str, ...]

@@ -8,14 +8,13 @@ or its subclass ``UntrustedEntryError``, and the caller decides what failing ope
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..errors import CorruptEntryError
 from . import codec
 
 
-@dataclass(frozen=True)
-class CheckedEntry:
+class CheckedEntry(NamedTuple):
     """An entry that passed every check: its header, its (decompressed) payload, and the file's bytes as
     stored, in two pieces (prefix + header, stored payload) so nothing is copied to hand them on."""
 

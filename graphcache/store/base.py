@@ -24,16 +24,14 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..entry import codec
 
 Piece = bytes | memoryview
 
 
-@dataclass(frozen=True)
-class StoredFile:
+class StoredFile(NamedTuple):
     key: str
     path: str
     size: int

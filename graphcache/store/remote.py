@@ -49,13 +49,12 @@ import os
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from ..entry.keyshape import ENTRY_SUFFIX, is_group_id, is_key
 from ..errors import GraphCacheError
-from .base import Store, StoredFile
+from .base import Store
 from .local import TMP_SUFFIX
 
 LAYOUT = "v1"
@@ -78,10 +77,13 @@ class RemoteTimeout(TimeoutError):
     """A remote call did not finish within its time limit."""
 
 
-@dataclass(frozen=True)
-class RemoteFile(StoredFile):
-    """One remote entry: its key, full path, size, last-modified time and compiler version."""
+class RemoteFile(NamedTuple):
+    """One remote entry: its key, full path, size, last-modified time (StoredFile's fields) and compiler version."""
 
+    key: str
+    path: str
+    size: int
+    mtime: float
     version: str = ""
 
 

@@ -16,7 +16,6 @@ alone, comparing sizes but reading no payloads.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -130,7 +129,7 @@ def repair_drift(index: CacheIndex, drift: Drift, rows: dict[str, IndexRow], fil
         header = headers.get(key) or _read_header(files[key])
         row = rows[key]
         fresh.append(row_from_header(header, files[key].size, row.last_used) if header is not None
-                     else dataclasses.replace(row, size=files[key].size))
+                     else row._replace(size=files[key].size))
     index.upsert_many(fresh)
     known = index.versions()
     for version, (description, when) in recovered_versions(newest, time.time()).items():

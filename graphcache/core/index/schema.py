@@ -14,8 +14,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -101,8 +100,7 @@ UPSERT = (f"INSERT INTO entries ({ROW_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?) ON CO
            "compile_seconds=excluded.compile_seconds")
 
 
-@dataclass(frozen=True)
-class IndexRow:
+class IndexRow(NamedTuple):
     """One entry's row: what ``ls``, the LRU order and the size cap read without opening the entry."""
 
     key: str
