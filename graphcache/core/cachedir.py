@@ -126,6 +126,9 @@ class CacheDir:
     def index_files(self) -> int:
         """Index the entry files into a new index (``index.created_now``: a first open, an index deleted or
         emptied); returns how many were indexed, and warns when an existing index file was found empty."""
+        with contextlib.closing(self.store.scan()) as files:
+            if next(files, None) is None:  # a new cache dir: nothing to index (and no audit to load)
+                return 0
         added, _ = self.reconcile()
         if added and self.index is not None and self.index.was_empty and self.warn:
             warn_once("index_corrupt", f"graphcache: the cache index {self.index_path} was empty (truncated?); "
@@ -236,6 +239,8 @@ class CacheDir:
         files dropped and files without rows indexed. Returns (added, dropped), or None when not due."""
         index = self.index
         if index is None or index.memory or self.read_only or not index.claim(META_CHECKED, every, now):
+            return None
+        if index.created_now:  # made by this open from the entry files (index_files): in step with them
             return None
         problems = index.check(full=True)
         if any(problem.needs_rebuild for problem in problems):

@@ -156,8 +156,8 @@ class LocalStore(Store):
         for shard in shards:
             if not shard.is_dir():
                 continue
-            with contextlib.suppress(FileNotFoundError):
-                for item in os.scandir(shard.path):
+            with contextlib.suppress(FileNotFoundError), os.scandir(shard.path) as items:  # closed if abandoned
+                for item in items:
                     name = item.name
                     if not name.endswith(ENTRY_SUFFIX) or not is_key(name[: -len(ENTRY_SUFFIX)]):
                         continue

@@ -1,0 +1,73 @@
+"""What every process pays for graphcache's own code: the modules a GraphCache, a hit and a miss load.
+
+Speed is measured in benchmarks/ (import_time.py); this pins down what it comes from, deterministically:
+each case is a fresh process that imports TensorFlow first (as a user's process has), then lists the
+graphcache modules (and third-party ones graphcache would bring in) that the step loaded. A change that
+makes the compile path import XLA, explanation, the remote tier, management or the miss pipeline again
+fails here, with the module named.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .helpers import run_python
+
+# What `import graphcache; GraphCache(dir)` and a hit may not load: plugins, wings above the cache, the
+# remote tier, management (audit, selection, filters, stats), the miss pipeline, and third-party packages
+# only those use.
+NOT_ON_THE_HIT_PATH = (
+    "graphcache.xla", "graphcache.functions", "graphcache.explain", "graphcache.session", "graphcache.share",
+    "graphcache.cli", "graphcache.accelerate", "graphcache.store.remote", "graphcache.core.tier",
+    "graphcache.core.index.audit", "graphcache.core.selection", "graphcache.core.filters", "graphcache.core.stats",
+    "graphcache.compile.pipeline", "graphcache.compile.validation", "graphcache.core.index.misses",
+    "filelock", "fsspec", "s3fs", "platformdirs", "click", "rich",
+)
+# A miss also compiles (the pipeline, validation), takes the key's lock, records the miss and its node table.
+ON_A_MISS = ("graphcache.compile.pipeline", "graphcache.compile.validation", "filelock", "graphcache.explain",
+             "graphcache.core.index.misses")
+MODULE_BUDGET = 42  # graphcache modules that `import graphcache; GraphCache(dir)` loads (41 today)
+
+CHILD = '''
+import json, sys
+import tensorflow as tf
+from benchmarks import models
+
+def loaded():
+    return sorted(m for m in sys.modules if m.split(".")[0] in
+                  ("graphcache", "filelock", "fsspec", "s3fs", "platformdirs", "click", "rich"))
+
+frozen = models.freeze_keras("mlp")  # built before anything of graphcache is imported
+assert not any(m.startswith("graphcache") for m in sys.modules), "graphcache imported too early"
+before = set(loaded())  # what TensorFlow and Keras loaded themselves (Keras loads rich)
+import graphcache
+cache = graphcache.GraphCache({cache_dir!r})
+opened = sorted(set(loaded()) - before)
+compiled = cache.compile(frozen.graph_def, frozen.fetches, frozen.feeds)
+after = sorted(set(loaded()) - before)
+graphcache.GraphCache({cache_dir!r}, functions=True)  # a plugin asked for is loaded: the check can see it
+print(json.dumps({{"opened": opened, "after": after, "with_plugin": sorted(set(loaded()) - before),
+                  "hit": compiled.hit}}))
+'''
+
+
+def _run(cache_dir) -> dict:
+    return run_python(CHILD.format(cache_dir=str(cache_dir)))
+
+
+def _matches(names: list[str], prefixes: tuple[str, ...]) -> list[str]:
+    return sorted(name for name in names if any(name == p or name.startswith(p + ".") for p in prefixes))
+
+
+def test_a_cache_and_a_hit_load_only_what_they_use(cache_dir):
+    miss = _run(cache_dir)
+    assert not miss["hit"]
+    assert _matches(miss["opened"], NOT_ON_THE_HIT_PATH) == [], "loaded by import graphcache + GraphCache(dir)"
+    graphcache_modules = [name for name in miss["opened"] if name.startswith("graphcache")]
+    assert len(graphcache_modules) <= MODULE_BUDGET, json.dumps(graphcache_modules)
+    assert set(_matches(miss["after"], ON_A_MISS)) >= {"filelock", "graphcache.compile.pipeline"}, miss["after"]
+
+    hit = _run(cache_dir)
+    assert hit["hit"]
+    assert _matches(hit["after"], NOT_ON_THE_HIT_PATH) == [], "loaded by a hit"
+    assert "graphcache.functions" in _matches(hit["with_plugin"], NOT_ON_THE_HIT_PATH)
