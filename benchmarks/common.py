@@ -168,6 +168,46 @@ def start_function(module: str, function: str, *, env: Mapping[str, str] | None 
     return RunningChild(proc, out, err, f"{module}.{function}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})")
 
 
+def graphcache_modules() -> list[str]:
+    """The graphcache modules this process has imported (``sys.modules``), sorted."""
+    return sorted(m for m in sys.modules if m == "graphcache" or m.startswith("graphcache."))
+
+
+def assert_graphcache_not_imported(where: str) -> None:
+    """(child) Fail unless no graphcache module is loaded yet.
+
+    Called right before a timer that counts graphcache's own import (warm, miss) and at the end of a variant
+    that must never load graphcache (cold, floor): neither this bootstrap, nor a benchmark module, nor
+    TensorFlow may have imported graphcache behind the figure's back.
+    """
+    loaded = graphcache_modules()
+    if loaded:
+        raise AssertionError(f"{where}: graphcache is already imported ({', '.join(loaded[:6])}"
+                             f"{', ...' if len(loaded) > 6 else ''}): the figure would leave its import out")
+
+
+def ensure_bytecode(log: Any = None) -> int:
+    """Bring graphcache's bytecode up to date (``compileall``), as an installed package has it.
+
+    The timed children import graphcache from this checkout. Where ``PYTHONDONTWRITEBYTECODE`` is set (it
+    is on the machines these figures come from), a source edited since its ``.pyc`` was written is compiled
+    again in EVERY process and never written back: that compile is nothing a user's installed graphcache
+    pays, and it would land in the "graphcache import" step. Returns the number of modules (re)compiled.
+    """
+    import compileall
+    import io
+    from contextlib import redirect_stdout
+
+    package = REPO_ROOT / "graphcache"
+    out = io.StringIO()
+    with redirect_stdout(out):
+        compileall.compile_dir(str(package), quiet=0)
+    compiled = sum(1 for line in out.getvalue().splitlines() if line.startswith("Compiling"))
+    if compiled and log is not None:
+        log(f"compiled bytecode of {compiled} graphcache module(s) edited since their .pyc")
+    return compiled
+
+
 def warm_up() -> Any:
     """Run in a child BEFORE its timer: import TensorFlow and resolve the lazily loaded names every variant
     uses, so that the TF import (several seconds, equal for all variants) stays out of every measurement.
