@@ -142,3 +142,31 @@ def test_warm_python_api_and_guessing(saved_model, frozen_pb, mlp, cache, monkey
     monkeypatch.setenv("GRAPHCACHE_READ_ONLY", "1")
     [result] = warm([frozen_pb], GraphCache(cache.cache_dir))
     assert result.status == "uncacheable" and "read-only" in result.reason
+
+
+NATIVE_NOISE = ("oneDNN custom operations", "cudart_stub", "absl::InitializeLog", "cpu_feature_guard")
+
+
+def _warm_in_a_child(tmp_path, path, **env):
+    """``graphcache warm`` as a user runs it: its own process, TensorFlow's logging as the user left it."""
+    import os
+    import subprocess
+    import sys
+
+    clean = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    return subprocess.run([sys.executable, "-m", "graphcache", "warm", str(path), "--cache-dir",
+                           str(tmp_path / "cache")], capture_output=True, text=True, timeout=300,
+                          env={**clean, **env})
+
+
+def test_warm_keeps_tensorflows_start_up_lines_off_the_terminal(frozen_pb, tmp_path):
+    quiet = _warm_in_a_child(tmp_path, frozen_pb)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "Warmed 1 graph" in quiet.stderr  # graphcache's own lines still show
+    assert not [line for line in quiet.stderr.splitlines() if any(word in line for word in NATIVE_NOISE)]
+    asked = _warm_in_a_child(tmp_path, frozen_pb, TF_CPP_MIN_LOG_LEVEL="0")  # the user asked for them
+    assert any(word in asked.stderr for word in NATIVE_NOISE) and "Warmed 1 graph" in asked.stderr
+    (tmp_path / "bad.pb").write_bytes(b"not a GraphDef")
+    failed = _warm_in_a_child(tmp_path, tmp_path / "bad.pb")  # a failure shows what TensorFlow said too
+    assert failed.returncode == 1 and "failed to warm" in failed.stderr
+    assert any(word in failed.stderr for word in NATIVE_NOISE), failed.stderr

@@ -21,6 +21,7 @@ from rich.table import Column
 
 from ..core.index import misses as recorded
 from .errors import CliError
+from .native_log import quiet_native_stderr
 from .options import (
     cache_dir_option,
     cache_root,
@@ -97,6 +98,7 @@ def explanation_view(explained: Explanation, limit: int, now: float) -> Renderab
               help="Nodes listed per kind of change (added, removed, changed) before 'N more'.")
 @json_option
 @cache_dir_option
+@quiet_native_stderr()
 def explain_command(graph: Path, feeds: tuple[str, ...], fetches: tuple[str, ...], targets: tuple[str, ...],
                     signature: str | None, name: str | None, nearest: int, limit: int, as_json: bool) -> None:
     """Explain whether GRAPH (a frozen .pb/.pbtxt, or a SavedModel directory) would hit the cache.

@@ -22,6 +22,7 @@ from rich.text import Text
 
 from ..share import bundles, push
 from .errors import PROG, CliError
+from .native_log import quiet_native_stderr
 from .options import (
     cache_dir_option,
     cache_root,
@@ -87,6 +88,7 @@ def _report_guess(result: WarmResult) -> None:
 @fetch_option
 @json_option
 @cache_dir_option
+@quiet_native_stderr()
 def warm_command(paths: tuple[Path, ...], signatures: tuple[str, ...], feeds: tuple[str, ...],
                  fetches: tuple[str, ...], as_json: bool) -> None:
     """Compile SavedModel directories and frozen GraphDef files (.pb, .pbtxt) into the cache.
