@@ -70,11 +70,17 @@ class LocalStore(Store):
         self.locks_dir.mkdir(parents=True, exist_ok=True)
         return filelock.FileLock(str(self.locks_dir / f"{key[:2]}.lock"), timeout=timeout, thread_local=False)
 
+    def _open(self, key: str) -> int | None:
+        """A read-only descriptor of ``key``'s file, or None when there is none (a deleter won the race)."""
+        try:
+            return os.open(self.path_for(key), os.O_RDONLY | _O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+
     # -- Store interface -----------------------------------------------------------------------------------
     def read(self, key: str) -> bytes | None:
-        try:
-            fd = os.open(self.path_for(key), os.O_RDONLY | _O_CLOEXEC)
-        except FileNotFoundError:
+        fd = self._open(key)
+        if fd is None:
             return None
         try:
             return read_range(fd, os.fstat(fd).st_size, 0)
@@ -91,9 +97,8 @@ class LocalStore(Store):
         CorruptEntryError when the prefix is not an entry's; a file shorter than its prefix says comes back
         short, for the codec's length check.
         """
-        try:
-            fd = os.open(self.path_for(key), os.O_RDONLY | _O_CLOEXEC)
-        except FileNotFoundError:
+        fd = self._open(key)
+        if fd is None:
             return None
         try:
             size = os.fstat(fd).st_size
@@ -112,9 +117,8 @@ class LocalStore(Store):
 
     def read_head(self, key: str) -> bytes | None:
         """The prefix and header (one read of ``HEAD_READ`` bytes, a second only for a bigger header)."""
-        try:
-            fd = os.open(self.path_for(key), os.O_RDONLY | _O_CLOEXEC)
-        except FileNotFoundError:
+        fd = self._open(key)
+        if fd is None:
             return None
         try:
             first = pread_all(fd, HEAD_READ, 0)
