@@ -8,8 +8,9 @@ On the default cache dir (``$GRAPHCACHE_DIR`` or the user cache dir) with a froz
 3. warm: another fresh process does the same and hits;
 4. ``graphcache stats`` (or cache.stats() while the CLI is not installed).
 
-Each time printed covers GraphCache() + compile() (fingerprint and lookup, plus the compile on a miss)
-+ session + first run; importing TensorFlow and parsing the model's .pb happen before the timer.
+Each time printed covers graphcache's import (``from graphcache import GraphCache``: no graphcache module is
+loaded before the timer, asserted) + GraphCache() + compile() (fingerprint and lookup, plus the compile on a
+miss) + session + first run; importing TensorFlow and parsing the model's .pb happen before the timer.
 """
 
 from __future__ import annotations
@@ -31,12 +32,14 @@ def child_demo(model: str) -> dict[str, Any]:
     common.warm_up()
     from tensorflow.core.framework import graph_pb2
 
-    from graphcache.cache import GraphCache
-
     files = common.ModelFiles.load(model)
     graph_def = graph_pb2.GraphDef.FromString(files.read_bytes())
     feed = files.feed_dict()
+    common.assert_graphcache_not_imported("the demo child, before its timer")
     t0 = time.perf_counter()
+    from graphcache import GraphCache  # inside the timer: graphcache's import is its cost to the user
+
+    ti = time.perf_counter()
     cache = GraphCache()
     compiled = cache.compile(graph_def, files.fetches, files.feeds, name=f"demo-{model}")
     t1 = time.perf_counter()
@@ -44,7 +47,8 @@ def child_demo(model: str) -> dict[str, Any]:
         t2 = time.perf_counter()
         output = sess.run(files.fetches, feed)[0]
         t3 = time.perf_counter()
-    return {"total": t3 - t0, "lookup": t1 - t0, "session": t2 - t1, "first_run": t3 - t2, "hit": compiled.hit,
+    return {"total": t3 - t0, "graphcache_import": ti - t0, "lookup": t1 - ti, "session": t2 - t1,
+            "first_run": t3 - t2, "hit": compiled.hit,
             "key": compiled.key, "compile_seconds": compiled.compile_seconds, "cache_dir": str(cache.cache_dir),
             "top_class": int(output.argmax())}
 
@@ -71,8 +75,8 @@ def _say(text: str = "") -> None:
 def _describe(run: dict[str, Any]) -> str:
     what = "hit " if run["hit"] else "miss"
     lookup = "fingerprint + lookup" if run["hit"] else "fingerprint + Grappler compile + write"
-    return (f"{what}  {run['total']:6.2f} s   ({lookup} {run['lookup']:.2f} s, session {run['session']:.2f} s, "
-            f"first run {run['first_run']:.2f} s)")
+    return (f"{what}  {run['total']:6.2f} s   (graphcache import {run['graphcache_import']:.2f} s, {lookup} "
+            f"{run['lookup']:.2f} s, session {run['session']:.2f} s, first run {run['first_run']:.2f} s)")
 
 
 def _print_stats(cache_dir: str) -> None:
@@ -106,6 +110,7 @@ def _print_stats(cache_dir: str) -> None:
 def main() -> int:
     started = time.perf_counter()
     files = common.ensure_model(MODEL, log=lambda m: _say(f"   {m}"))
+    common.ensure_bytecode(lambda m: _say(f"   {m}"))
     _say(f"graphcache demo: {LABEL}, frozen GraphDef {files.size_bytes / 1e6:.1f} MB ({files.nodes} nodes)")
 
     for name in ("GRAPHCACHE_DISABLE", "GRAPHCACHE_READ_ONLY"):
@@ -126,7 +131,7 @@ def main() -> int:
     warm = common.run_function("demo", "child_demo", model=MODEL)
     _say(f"   {_describe(warm)}")
 
-    _say(f"\n   speed-up: {cold['total'] / warm['total']:.1f}x faster from fingerprint to first result "
+    _say(f"\n   speed-up: {cold['total'] / warm['total']:.1f}x faster from graphcache's import to first result "
          f"(cold {cold['total']:.2f} s -> warm {warm['total']:.2f} s); the hit skipped a "
          f"{warm['compile_seconds']:.2f} s compile")
     same = cold["top_class"] == warm["top_class"]
@@ -141,7 +146,7 @@ def main() -> int:
     _say("\n4. graphcache stats")
     _print_stats(purge["cache_dir"])
     _say(f"\n(demo took {time.perf_counter() - started:.0f} s; TensorFlow import and .pb parse are outside "
-         "the timed parts)")
+         "the timed parts, graphcache's import is inside)")
     return 0
 
 
