@@ -27,10 +27,17 @@ test-all: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check graphcache tests benchmarks examples
 
+# benchmarks/whole_process.py times whole processes (python SCRIPT, start to first result) with hyperfine.
+NEED_HYPERFINE = @command -v hyperfine >/dev/null 2>&1 || { echo "make $@: hyperfine is not installed; the \
+benchmarks time whole processes with it (benchmarks/whole_process.py). Install it: apt-get install hyperfine \
+(Debian/Ubuntu) or cargo install hyperfine." >&2; exit 1; }
+
 bench: $(VENV)/.installed
+	$(NEED_HYPERFINE)
 	$(PY) benchmarks/run_all.py
 
 bench-quick: $(VENV)/.installed
+	$(NEED_HYPERFINE)
 	$(PY) benchmarks/run_all.py --quick
 
 clean:

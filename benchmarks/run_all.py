@@ -3,36 +3,39 @@
 Sections (each a module of benchmarks/, each figure a median of several runs, cold starts in fresh processes):
 
 1. ``cold_warm``: cold / warm / floor / miss per frozen model, the hit path step by step vs the floor's
-   steps, the miss path vs TF cold, fingerprint throughput;
-2. ``other_models``: the same on keras.applications models the table does not use (Xception, NASNetMobile,
+   steps, the miss path vs TF cold, fingerprint throughput (graphcache's import inside warm and miss);
+2. ``whole_process``: ``python SCRIPT`` timed by hyperfine from process start to first result (TensorFlow's
+   import included), plain TF vs graphcache's miss and warm (whole_process.py);
+3. ``other_models``: the same on keras.applications models the table does not use (Xception, NASNetMobile,
    ResNet101V2; 3 fresh processes per variant, no ``parts``; full run only): the goals hold beyond the table;
-3. ``tf1``: the same four variants for a non-frozen TF1 training graph (ref variables, Adam) through
+4. ``tf1``: the same four variants for a non-frozen TF1 training graph (ref variables, Adam) through
    ``graphcache.Session`` vs ``tf.compat.v1.Session`` (tf1_train.py);
-4. ``zstd``: entry size on disk vs the raw GraphDef, zstd levels 1/3/9, graphcache's sampling decision
+5. ``zstd``: entry size on disk vs the raw GraphDef, zstd levels 1/3/9, graphcache's sampling decision
    (entry_size.py, on the optimized graphs section 1 just wrote);
-5. ``xla``: TF's XLA persistent cache vs graphcache (xla_bench.py, run as a script; its table as printed);
-6. ``stores``: the store alone vs diskcache, 1 MB and 100 MB blobs (store_vs_diskcache.py);
-7. ``concurrency``: 8 processes started together on one uncached graph (concurrency.py);
-8. ``store_scale``: the store at 10,000 entries (store_scale.py, as a script);
-9. ``accelerate``: accelerate_train_mode step times (accelerate_train.py, as a script).
-10. ``saved_model``: SavedModel cold start, TensorFlow's load vs graphcache.load_saved_model (full run only);
-11. ``functions``: TF2 functions' first calls, cold / warm / TensorFlow's own file cache / Grappler off
+6. ``xla``: TF's XLA persistent cache vs graphcache (xla_bench.py, run as a script; its table as printed);
+7. ``stores``: the store alone vs diskcache, 1 MB and 100 MB blobs (store_vs_diskcache.py);
+8. ``concurrency``: 8 processes started together on one uncached graph (concurrency.py);
+9. ``store_scale``: the store at 10,000 entries (store_scale.py, as a script);
+10. ``accelerate``: accelerate_train_mode step times (accelerate_train.py, as a script).
+11. ``saved_model``: SavedModel cold start, TensorFlow's load vs graphcache.load_saved_model (full run only);
+12. ``functions``: TF2 functions' first calls, cold / warm / TensorFlow's own file cache / Grappler off
     (functions_bench.py, as a script);
-12. ``session_memory``: the growth of a session running four fetch signatures of ResNet50, plain vs
-    graphcache (session_memory.py, as a script; full run only).
+13. ``session_memory``: the memory growth (resident set and peak) of a session running four fetch
+    signatures of ResNet50, plain vs graphcache (session_memory.py, as a script; full run only).
 
-- default (``make bench``, ~40 min on 2 cores): ResNet50, MobileNetV2, InceptionV3, EfficientNetB0,
+- default (``make bench``, ~45 min on 2 cores): ResNet50, MobileNetV2, InceptionV3, EfficientNetB0,
   DenseNet121 (5 fresh processes per variant) and BERT-base (3), with the step-by-step ``parts``,
   ``cold_parts`` and ``miss_parts`` processes; Xception, NASNetMobile, ResNet101V2 (5); the TF1 graph
   both ways (15); zstd on the six models; concurrency
   on ResNet50 (3 rounds); xla_bench's default run; accelerate_train's default
   run (600 steps); saved_model_bench (5 rounds); functions_bench's default run (3 runs of every
-  workload); session_memory on ResNet50 (3 runs).
+  workload); session_memory on ResNet50 (3 runs); whole_process on MobileNetV2, EfficientNetB0 and
+  DenseNet121 (1 warm-up + 5 runs per command).
   Writes ``benchmarks/RESULTS.md``, the raw ``benchmarks/RESULTS.json`` and the plots
   ``benchmarks/cold_warm.png``, ``benchmarks/zstd.png`` and ``benchmarks/concurrency.png``.
 - ``--quick`` (``make bench-quick``, under 3 minutes on 2 cores): ResNet50 and the TF1 graph with 3 fresh
-  processes per variant (no ``parts``), zstd on ResNet50, concurrency on MobileNetV2 (1 round), fewer
-  repeats elsewhere, no XLA; the report goes to ``benchmarks/_work/RESULTS-quick.md``.
+  processes per variant (no ``parts``), zstd on ResNet50, concurrency on MobileNetV2 (1 round), whole_process
+  on MobileNetV2 (3 runs per command, no warm-up), fewer repeats elsewhere, no XLA; the report goes to ``benchmarks/_work/RESULTS-quick.md``.
 
 ``--sections`` runs a subset (for development: the report then says what was left out).
 """
@@ -59,8 +62,9 @@ import entry_size
 import miss_parts
 import store_vs_diskcache
 import tf1_train
+import whole_process
 
-SECTIONS = ("cold_warm", "other_models", "tf1", "tf1_cached", "zstd", "xla", "stores", "concurrency", "store_scale", "accelerate", "saved_model",
+SECTIONS = ("cold_warm", "whole_process", "other_models", "tf1", "tf1_cached", "zstd", "xla", "stores", "concurrency", "store_scale", "accelerate", "saved_model",
             "functions", "session_memory")
 FINGERPRINT_GOAL_MB_S = 1000.0
 STORE_SCALE_GOALS = {"stats_json_seconds": 2.0, "ls_json_seconds": 2.0, "put_ratio": 1.5}
@@ -89,6 +93,9 @@ class Plan:
     other_models: tuple[str, ...] = common.OTHER_MODELS  # (): not run
     other_runs: int = 3
     session_memory_args: tuple[str, ...] | None = ("--runs", "3")  # None: not run
+    whole_process_models: tuple[str, ...] = whole_process.DEFAULT_MODELS  # (): not run
+    whole_process_runs: int = 5  # hyperfine's --runs per command
+    whole_process_warmup: int = 1  # hyperfine's --warmup per command
     sections: tuple[str, ...] = field(default=SECTIONS)
 
 
@@ -101,7 +108,7 @@ QUICK = Plan(models=("resnet50",), runs=3, bert_runs=3, parts=False, tf1_runs=3,
              store_repeats=3, concurrency_model="mobilenetv2", concurrency_procs=8, concurrency_rounds=1, xla_args=None,
              store_scale_args=("--puts", "20"), accelerate_args=("--steps", "60"), saved_model_args=None,
              functions_args=("--workloads", "deep8k", "--runs", "1"), session_memory_args=None,
-             other_models=())
+             other_models=(), whole_process_models=("mobilenetv2",), whole_process_runs=3, whole_process_warmup=0)
 
 
 def _log(message: str) -> None:
@@ -154,6 +161,8 @@ def run_sections(plan: Plan, log: Callable[[str], None] = _log) -> dict[str, Any
     started = time.perf_counter()
     steps: dict[str, Callable[[], Any]] = {
         "cold_warm": lambda: run_cold_warm(plan, log),
+        "whole_process": lambda: whole_process.bench(plan.whole_process_models, plan.whole_process_runs,
+                                                     plan.whole_process_warmup, log),
         "other_models": lambda: run_other_models(plan, log),
         "tf1": lambda: tf1_train.bench(plan.tf1_runs, log),
         "tf1_cached": lambda: tf1_train.bench(plan.tf1_runs, log, cache_small=True),
@@ -169,7 +178,8 @@ def run_sections(plan: Plan, log: Callable[[str], None] = _log) -> dict[str, Any
         "session_memory": lambda: run_script("session_memory.py", plan.session_memory_args or ()),
     }
     not_planned = {"xla": plan.xla_args, "saved_model": plan.saved_model_args,
-                   "session_memory": plan.session_memory_args, "other_models": plan.other_models or None}
+                   "session_memory": plan.session_memory_args, "other_models": plan.other_models or None,
+                   "whole_process": plan.whole_process_models or None}
     for name in SECTIONS:
         if name not in plan.sections or (name in not_planned and not_planned[name] is None):
             continue
@@ -372,6 +382,8 @@ def format_section(name: str, report: dict[str, Any]) -> str:
         return store_vs_diskcache.format_result(data)
     if name == "concurrency":
         return concurrency.format_result(data)
+    if name == "whole_process":
+        return whole_process.format_result(data)
     return data["stdout"]  # the scripts: as they printed it
 
 
@@ -462,6 +474,7 @@ def write_markdown(report: dict[str, Any], path: Path, json_path: Path, charts: 
                  "meant to hold on any model, not only on the ones the work was measured on.", "",
                  _md_table(cold_warm.summary_rows(sections["other_models"])), "",
                  *verdict_lines(report, "other_models"), ""]
+    text += _markdown_whole_process(report)
     breakdown = breakdown_rows(report)
     if breakdown:
         text += [
@@ -519,6 +532,55 @@ def write_markdown(report: dict[str, Any], path: Path, json_path: Path, charts: 
     text += [f"Raw results (every process's timings): `{json_path.relative_to(common.REPO_ROOT)}`"
              if json_path.is_relative_to(common.REPO_ROOT) else f"Raw results: `{json_path}`", ""]
     path.write_text("\n".join(text))
+
+
+def _markdown_whole_process(report: dict[str, Any]) -> list[str]:
+    data = report["sections"].get("whole_process")
+    if not data:
+        return []
+    return [
+        "## Whole processes: `python SCRIPT` to its first result",
+        "",
+        f"What a user waits for: each figure is a whole process, timed by {data['hyperfine']} (`hyperfine -N`, no "
+        "shell in between) from exec to exit, so the interpreter's start and TensorFlow's import are in every "
+        f"figure. {data['warmup']} warm-up + {data['runs']} timed runs per command; the figures are hyperfine's "
+        "medians (`--export-json`). The commands (`python SCRIPT`, this venv's Python; the scripts are below):",
+        "",
+        "- **cold**: plain TensorFlow: import numpy and TensorFlow, read and parse the frozen `.pb`, "
+        "`import_graph_def`, `tf.compat.v1.Session` with TF defaults, first run (Grappler inside it).",
+        "- **miss**: the same through graphcache: `import graphcache` too, then `GraphCache(dir).compile()` + "
+        "`compiled.session()` + first run, on an EMPTY cache dir (hyperfine's `--prepare` empties it before every "
+        "run, warm-up runs included).",
+        "- **warm**: the graphcache script on a cache dir holding the entry (filled by one untimed run first).",
+        "",
+        "Each script ends right after its first result: it logs a record the benchmark checks (every miss run "
+        "missed, every warm run hit, no cold run loaded graphcache, the outputs agree), runs the atexit handlers "
+        "(graphcache waits there for an entry write still in flight: the miss pays it) and leaves with "
+        "`os._exit`, skipping the interpreter's teardown (~0.8 s of TensorFlow's) in every variant. hyperfine "
+        "runs one command's runs back to back (cold, then miss, then warm), not interleaved: drift on a shared "
+        "machine can favour one; the *fastest runs* columns are less sensitive to it.",
+        "",
+        _md_table(whole_process.table_rows(data)),
+        "",
+        *[f"- {line}" for line in whole_process.detail_lines(data)],
+        "",
+        "<details><summary>The timed scripts</summary>",
+        "",
+        "cold:",
+        "",
+        "```python",
+        whole_process.COLD_SCRIPT.rstrip(),
+        "```",
+        "",
+        "miss and warm:",
+        "",
+        "```python",
+        whole_process.GRAPHCACHE_SCRIPT.rstrip(),
+        "```",
+        "",
+        "</details>",
+        "",
+    ]
 
 
 def _markdown_breakdown(report: dict[str, Any]) -> list[str]:
@@ -806,7 +868,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.models:
         plan = Plan(**(plan.__dict__ | {"models": tuple(m.strip() for m in args.models.split(",") if m.strip())}))
     if args.runs:
-        plan = Plan(**(plan.__dict__ | {"runs": args.runs, "bert_runs": args.runs, "tf1_runs": args.runs}))
+        plan = Plan(**(plan.__dict__ | {"runs": args.runs, "bert_runs": args.runs, "tf1_runs": args.runs,
+                                        "whole_process_runs": max(2, args.runs)}))
     if args.sections:
         plan = Plan(**(plan.__dict__ | {"sections": tuple(s.strip() for s in args.sections.split(",") if s.strip())}))
     unknown = [m for m in plan.models if m not in common.MODEL_NAMES]
