@@ -5,7 +5,9 @@ Each one imports TensorFlow and parses the model's ``.pb``, says it is ready (a 
 folder) and waits; when all are ready the parent creates the ``go`` file and every process starts its
 timer at once:
 
-- ``graphcache``: ``GraphCache(dir).compile()`` on one shared, EMPTY cache dir + ``session()`` + first run.
+- ``graphcache``: ``from graphcache import GraphCache`` (graphcache's import: inside the timer, nothing of
+  graphcache loaded before it, asserted) + ``GraphCache(dir).compile()`` on one shared, EMPTY cache dir +
+  ``session()`` + first run.
   One process compiles (under the key's lock) and the others wait for its entry and load it; the number
   of compiles is read from the cache dir's stats afterwards (it must be 1);
 - ``plain TF``: import + ``tf.compat.v1.Session`` + first run: every process runs Grappler itself.
@@ -49,9 +51,7 @@ def child_start(model: str, barrier_dir: str, index: int, cache_dir: str | None 
     files = common.ModelFiles.load(model)
     graph_def = graph_pb2.GraphDef.FromString(files.read_bytes())
     feed = files.feed_dict()
-    cache_module = None
-    if cache_dir is not None:
-        from graphcache import cache as cache_module
+    common.assert_graphcache_not_imported(f"concurrency child {index}, before its timer")
     barrier = Path(barrier_dir)
     (barrier / f"ready-{index}").touch()
     go = barrier / "go"
@@ -59,8 +59,9 @@ def child_start(model: str, barrier_dir: str, index: int, cache_dir: str | None 
         time.sleep(0.002)
     start_wall = time.time()
     t0 = time.perf_counter()
-    if cache_module is not None:
-        compiled = cache_module.GraphCache(cache_dir).compile(graph_def, files.fetches, files.feeds, name=model)
+    if cache_dir is not None:
+        graph_cache = cold_warm._import_graphcache()  # inside the timer: its cost to the user
+        compiled = graph_cache(cache_dir).compile(graph_def, files.fetches, files.feeds, name=model)
         hit: bool | None = compiled.hit
         sess = compiled.session()
     else:
@@ -132,6 +133,7 @@ def run_round(model: str, variant: str, procs: int, work: Path) -> dict[str, Any
 def bench(model: str = "resnet50", procs: int = 8, rounds: int = 3,
           log: Callable[[str], None] = cold_warm._log) -> dict[str, Any]:
     common.ensure_model(model, log=log)
+    common.ensure_bytecode(log)
     work = work_dir()
     rows: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
     for index in range(rounds):
