@@ -717,6 +717,16 @@ def _markdown_scripts(report: dict[str, Any]) -> list[str]:
         if name == "store_scale" and data["json"]:
             text += ["Medians (commands: 5 whole CLI processes each; puts: one per entry written).", "",
                      _md_table(store_scale_rows(data["json"])), ""]
+        elif name == "session_memory":
+            text += ["Fresh processes (plain `tf.compat.v1.Session`, `graphcache.Session` on an empty cache dir: miss, "
+                     "on the dir the miss filled: hit), each running every fetch signature once. Both figures are "
+                     "growth over the process's RSS right before the session (after TensorFlow's import and the "
+                     "graph's import; graphcache's import comes after it, so miss and hit include it): *RSS growth* "
+                     "is VmRSS after the runs (and a garbage collection), what the session keeps; *peak growth* is "
+                     "VmHWM, the most the process held at once while the session opened, compiled or loaded and "
+                     "ran. The peak is reset right before the session where the kernel allows it (the output says "
+                     "whether it did). Goals: RSS growth <= 1.1x plain; peak growth <= 1.05x plain for the miss, "
+                     "<= 0.8x for a hit.", ""]
         elif name == "accelerate" and data["json"]:
             text += ["One process, the three modes trained in turn, one step each (load hits all alike); step "
                      "medians leave out each phase's first (compiling) run.", "", _md_table(accelerate_rows(data["json"])),
