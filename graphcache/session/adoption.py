@@ -69,7 +69,6 @@ def install(cache: Any = None, *, cache_dir: str | os.PathLike[str] | None = Non
     Thread-safe. Returns the GraphCache.
     """
     from ..cache import GraphCache
-    from . import drop_in as gc_session
 
     if cache is not None and (cache_dir is not None or settings):
         raise TypeError("graphcache.install(): pass cache=GraphCache(...) or cache_dir=/settings, not both")
@@ -84,11 +83,10 @@ def install(cache: Any = None, *, cache_dir: str | os.PathLike[str] | None = Non
         if current is None:
             import tensorflow as tf
 
-            pairs = {tf.compat.v1.Session: gc_session.Session,
-                     tf.compat.v1.InteractiveSession: gc_session.InteractiveSession}
+            pairs = {tf.compat.v1.Session: "Session", tf.compat.v1.InteractiveSession: "InteractiveSession"}
             originals = {tf_class: tf_class.__dict__["__init__"] for tf_class in pairs}
-            for tf_class, gc_class in pairs.items():
-                tf_class.__init__ = _redirecting_init(tf_class, gc_class, originals[tf_class])
+            for tf_class, gc_name in pairs.items():
+                tf_class.__init__ = _redirecting_init(tf_class, gc_name, originals[tf_class])
             runtime.state.installed = Installation(cache, experimental_config, originals)
         else:
             runtime.state.installed = replace(current, cache=cache, experimental_config=experimental_config)
@@ -112,9 +110,14 @@ def installed() -> bool:
     return runtime.state.installed is not None
 
 
-def _redirecting_init(tf_class: type, gc_class: type, original: Any) -> Any:
+def _redirecting_init(tf_class: type, gc_name: str, original: Any) -> Any:
+    """TensorFlow's ``__init__`` for ``tf_class``, turning its instances into graphcache's class ``gc_name``
+    (session/drop_in.py, loaded by the first such session: a TF2 program that never makes one never loads it)."""
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         if type(self) is tf_class and runtime.state.installed is not None and _wants_cache(args, kwargs):
+            from . import drop_in
+
+            gc_class = getattr(drop_in, gc_name)
             self.__class__ = gc_class  # a subclass that adds no slots: the switch is safe before any state exists
             gc_class.__init__(self, *args, **kwargs)
         else:  # a subclass (graphcache's own included), or a session graphcache leaves plain

@@ -44,7 +44,6 @@ from tensorflow.core.protobuf import config_pb2
 from tensorflow.python.client import session as tf_session_lib
 
 from .. import accelerate, runtime
-from .. import xla as _xla
 from ..cache import GraphCache
 from ..compile import graphs
 from ..compile.compiled import runtime_config
@@ -126,7 +125,9 @@ class _CachingSession:
         if jit:
             # XLA auto-clustering, executables cached by graphcache. TensorFlow reads the XLA flags
             # before its first op, so this comes before the session exists.
-            config = _xla.jit_config(config, cache=self._cache.get())
+            from .. import xla  # only a jit session loads the XLA plugin
+
+            config = xla.jit_config(config, cache=self._cache.get())
         super().__init__(target, graph, config)
         self._compile_config = _compile_options(self._config)
         self._runner = RunGraph(target, runtime_config(self._config))
