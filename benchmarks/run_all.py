@@ -33,7 +33,7 @@ Sections (each a module of benchmarks/, each figure a median of several runs, co
   DenseNet121 (1 warm-up + 5 runs per command).
   Writes ``benchmarks/RESULTS.md``, the raw ``benchmarks/RESULTS.json`` and the plots
   ``benchmarks/cold_warm.png``, ``benchmarks/zstd.png`` and ``benchmarks/concurrency.png``.
-- ``--quick`` (``make bench-quick``, under 3 minutes on 2 cores): ResNet50 and the TF1 graph with 3 fresh
+- ``--quick`` (``make bench-quick``, ~5 minutes on 2 cores): ResNet50 and the TF1 graph with 3 fresh
   processes per variant (no ``parts``), zstd on ResNet50, concurrency on MobileNetV2 (1 round), whole_process
   on MobileNetV2 (3 runs per command, no warm-up), fewer repeats elsewhere, no XLA; the report goes to ``benchmarks/_work/RESULTS-quick.md``.
 
@@ -448,7 +448,8 @@ def write_markdown(report: dict[str, Any], path: Path, json_path: Path, charts: 
             "- **miss**: warm on an empty cache dir (graphcache's import, fingerprint, validation, Grappler, encode, "
             "write included).",
             f"- \\* **{tf1_train.DISPLAY}** (`benchmarks.models.tf1_training_graph(resource_variables=False)`): the "
-            "graph is built before the timer; the timer covers session creation + the initializer run + the first "
+            "graph is built before the timer; the timer covers (warm, miss: `from graphcache import Session`, "
+            "graphcache's import +) session creation + the initializer run + the first "
             "training step (`[train_op, loss]`): cold `tf.compat.v1.Session`, warm/miss `graphcache.Session` "
             "(both signatures hit / both compiled and written), floor `tf.compat.v1.Session` with the optimizers off "
             "on the original graph (no compile at all; it is not the optimized graph, so no goal is set against it). "
@@ -866,7 +867,7 @@ def write_charts(report: dict[str, Any], paths: dict[str, Path]) -> dict[str, Pa
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="the reduced run (under 3 minutes on 2 cores)")
+    parser.add_argument("--quick", action="store_true", help="the reduced run (~5 minutes on 2 cores)")
     parser.add_argument("--models", help="override the cold_warm (and zstd) model list (comma-separated)")
     parser.add_argument("--runs", type=int, help="override the number of fresh processes per variant")
     parser.add_argument("--sections", help=f"comma-separated subset of: {', '.join(SECTIONS)}")
