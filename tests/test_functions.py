@@ -126,6 +126,21 @@ def test_tf_function_hits_in_a_second_process_and_a_changed_constant_misses(cach
         {ALIAS_KIND}
 
 
+def test_a_fast_key_miss_looks_the_canonical_key_up_only_where_an_entry_could_be(cache_dir):
+    """The canonical key (a pass over every node) is computed on the caller's path only when the cache may
+    hold a function entry; on a cache with none (a first-ever run) it is left to the background write."""
+    cold = deep_child(cache_dir, 0.5)
+    assert cold["functions"] == {"function_hits": 0, "function_compiles": 1}
+    graphcache_cli("--cache-dir", str(cache_dir), "purge", "--filter", f"kind={ALIAS_KIND}", "--yes")
+    by_canonical = deep_child(cache_dir, 0.5)  # no alias for its fast key: found by the canonical key
+    assert by_canonical["functions"] == {"function_hits": 1, "function_compiles": 1}
+    assert by_canonical["kinds"] == [KIND, ALIAS_KIND] and by_canonical["value"] == cold["value"]
+    graphcache_cli("--cache-dir", str(cache_dir), "purge", "--filter", f"kind={KIND}", "--yes")
+    again = deep_child(cache_dir, 0.5)  # an alias whose target is gone, no function entry: compiled again
+    assert again["functions"] == {"function_hits": 1, "function_compiles": 2}
+    assert again["value"] == cold["value"] and sorted(again["kinds"]) == sorted([KIND, ALIAS_KIND])
+
+
 def graphcache_cli(*args: str) -> str:
     proc = subprocess.run([sys.executable, "-m", "graphcache", *args], capture_output=True, text=True, cwd=ROOT,
                           timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -71,3 +71,25 @@ def test_a_cache_and_a_hit_load_only_what_they_use(cache_dir):
     assert hit["hit"]
     assert _matches(hit["after"], NOT_ON_THE_HIT_PATH) == [], "loaded by a hit"
     assert "graphcache.functions" in _matches(hit["with_plugin"], NOT_ON_THE_HIT_PATH)
+
+
+INSTALL_CHILD = '''
+import json, sys
+import tensorflow as tf
+before = set(sys.modules)
+import graphcache
+graphcache.install(cache_dir={cache_dir!r})
+installed = sorted(m for m in set(sys.modules) - before if m.startswith("graphcache"))
+sess = tf.compat.v1.Session()  # the first TF1 session loads the drop-in
+print(json.dumps({{"installed": installed, "session": type(sess).__module__,
+                  "after": sorted(m for m in sys.modules if m.startswith("graphcache"))}}))
+'''
+
+
+def test_install_loads_the_session_drop_in_only_for_a_tf1_session(cache_dir):
+    """A TF2 program under install() pays for the functions plugin, not for the TF1 drop-in or XLA."""
+    out = run_python(INSTALL_CHILD.format(cache_dir=str(cache_dir)))
+    assert "graphcache.functions" in out["installed"]
+    assert _matches(out["installed"], ("graphcache.session.drop_in", "graphcache.xla", "graphcache.accelerate.mode",
+                                       "graphcache.share", "graphcache.explain", "graphcache.cli")) == []
+    assert out["session"] == "graphcache.session.drop_in" and "graphcache.session.drop_in" in out["after"]

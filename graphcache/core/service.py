@@ -385,6 +385,17 @@ class EntryService:
                 return False
         return self.has_entry(key)
 
+    def may_hold(self, kind: str) -> bool:
+        """Whether a lookup of an entry of ``kind`` (this version) could find one: False only when there is no
+        remote tier and the index holds no such row, so a caller can skip computing an expensive key for a
+        lookup that must miss (a first-ever run on an empty cache). Unsure (no index, an index error): True."""
+        if self.tier is not None or self.index is None:
+            return True
+        try:
+            return bool(self.index.rows("kind = ? AND version = ?", (kind, self.version), order="key LIMIT 1"))
+        except STORAGE_ERRORS:
+            return True
+
     def entry_header(self, key: str) -> codec.EntryHeader | None:
         """A local entry's header, read alone (no payload, no checks beyond the header's own), or None."""
         try:

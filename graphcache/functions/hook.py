@@ -133,6 +133,8 @@ class FunctionCache:
                 found = self._read_function(target, call)
                 if found is not None:
                     return found
+        if not self.cache.may_hold(KIND):  # nothing to find: the canonical key is left to the entry's write
+            return None
         fingerprint = call.canonical()
         found = self._read_function(fingerprint.key, call)
         if found is not None and alias is None:
