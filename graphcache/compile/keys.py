@@ -12,11 +12,9 @@ key of its fresh twin. ``Fingerprint.nodes`` maps each fan-in node to its canoni
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..entry.keyparts import combine, hash_json, hash_text
@@ -35,18 +33,35 @@ log = logging.getLogger("graphcache")
 PART_ORDER = ("graph", "feeds", "fetches", "targets", "options", "identity")
 
 
-@dataclass(frozen=True)
 class Fingerprint:
-    key: str
-    parts: dict[str, str]  # part name -> that part's own xxh3-128 hex digest
-    nodes: dict[str, str] = field(default_factory=dict)  # fan-in node name -> canonical id (hex)
-    # builds ``details`` on first use, from what hashing kept (no second pass over the graph)
-    summarize: Callable[[], dict[str, NodeSummary]] | None = field(default=None, repr=False, compare=False)
+    """A key and its named parts (part name -> that part's own xxh3-128 hex digest); for graphs also each
+    fan-in node's canonical id (hex) and, built on first use from what hashing kept, ``details``."""
 
-    @functools.cached_property
+    __slots__ = ("key", "parts", "nodes", "_summarize", "_details")
+
+    def __init__(self, key: str, parts: dict[str, str], nodes: dict[str, str] | None = None,
+                 summarize: Callable[[], dict[str, NodeSummary]] | None = None) -> None:
+        self.key = key
+        self.parts = parts
+        self.nodes = nodes if nodes is not None else {}
+        self._summarize = summarize  # no second pass over the graph: what hashing kept
+        self._details: dict[str, NodeSummary] | None = None
+
+    def __repr__(self) -> str:
+        return f"Fingerprint({self.key!r}, {self.parts!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Fingerprint) and (self.key, self.parts, self.nodes) == (
+            other.key, other.parts, other.nodes)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable parts, as the frozen dataclass with dicts had
+
+    @property
     def details(self) -> dict[str, NodeSummary]:
         """Fan-in node name -> what its canonical id covers (op, device, attribute digests, inputs)."""
-        return self.summarize() if self.summarize is not None else {}
+        if self._details is None:
+            self._details = self._summarize() if self._summarize is not None else {}
+        return self._details
 
 
 def graph_hash(view: GraphView) -> str:

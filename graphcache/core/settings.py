@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .units import parse_duration, parse_size
 
@@ -145,12 +144,12 @@ def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("graphcache", appauthor=False))
 
 
-@dataclass(frozen=True)
-class CacheSettings:
+class CacheSettings(NamedTuple):
     """Every setting of one cache, resolved once (argument > environment > default; see the README's table).
 
     ``disabled`` is GRAPHCACHE_DISABLE, which always wins. ``signing_key`` (HMAC-SHA256 of every entry,
-    codec.py) comes from the environment only and is never logged.
+    codec.py) comes from the environment only and is never logged (nor are the remote's options, which may
+    hold credentials: both are left out of the repr).
     """
 
     strict: bool = False
@@ -162,12 +161,17 @@ class CacheSettings:
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT
     max_size: int = DEFAULT_MAX_SIZE
     max_age: float | None = None
-    signing_key: bytes | None = field(default=None, repr=False)
+    signing_key: bytes | None = None
     remote: str = ""
     remote_read_only: bool = False
     remote_timeout: float = DEFAULT_REMOTE_TIMEOUT
     remote_retry_after: float = DEFAULT_REMOTE_RETRY_AFTER
-    remote_options: dict[str, Any] = field(default_factory=dict, repr=False)
+    remote_options: dict[str, Any] | None = None  # resolve() always gives a dict
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields
+                          if name not in ("signing_key", "remote_options"))
+        return f"CacheSettings({shown})"
 
     @classmethod
     def resolve(cls, *, strict: bool | None = None, read_only: bool | None = None,

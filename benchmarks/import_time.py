@@ -1,0 +1,125 @@
+"""graphcache's own import, as every process pays it: after ``import tensorflow``, in fresh processes.
+
+Steps, each timed in its own fresh process (TensorFlow imported before the timer, as in a user's process
+that has a graph in hand; nothing of graphcache loaded before it, asserted):
+
+- ``cache``: ``import graphcache; GraphCache(dir)`` on an existing cache dir (the compile path's import
+  and opening the cache: index, version record, housekeeping);
+- ``install``: ``import graphcache; graphcache.install(cache_dir=dir)`` (what a TF2 program pays to have
+  its functions cached; the TF1 drop-in loads at the first TF1 session);
+- ``session``: ``from graphcache import Session`` (the TF1 drop-in's import, without opening a cache).
+
+Two installs of graphcache are measured: the ``make install`` venv as it is (an editable install, with
+the bytecode ``make install`` compiles), and a regular wheel of this checkout installed into a temp dir
+(``pip wheel`` + ``pip install --target``, which compiles bytecode as any pip install does), put first on
+``PYTHONPATH``. Goals ([lean]): ``cache`` <= 20 ms in the make-install venv, <= 10 ms from the wheel.
+
+    .venv/bin/python benchmarks/import_time.py [--runs 9] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+
+STEPS = ("cache", "install", "session")
+GOALS = {("editable", "cache"): 0.020, ("wheel", "cache"): 0.010}
+CHILD = r'''
+import json, sys, time
+import tensorflow as tf
+assert not [m for m in sys.modules if m.split(".")[0] == "graphcache"], "graphcache imported before the timer"
+step, cache_dir = sys.argv[1], sys.argv[2]
+start = time.perf_counter()
+if step == "cache":
+    import graphcache
+    graphcache.GraphCache(cache_dir)
+elif step == "install":
+    import graphcache
+    graphcache.install(cache_dir=cache_dir)
+else:
+    from graphcache import Session
+seconds = time.perf_counter() - start
+import graphcache
+print(json.dumps({"seconds": seconds, "modules": len([m for m in sys.modules if m.split(".")[0] == "graphcache"]),
+                  "from": graphcache.__file__}))
+'''
+
+
+def build_wheel_site(work: Path) -> Path:
+    """This checkout as a regular (non-editable) install in ``work/site``: wheel built, installed, compiled."""
+    wheels, site = work / "wheels", work / "site"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(common.REPO_ROOT)],
+                   check=True)
+    wheel = next(wheels.glob("graphcache-*.whl"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
+                   check=True)
+    return site
+
+
+def measure(step: str, cache_dir: str, site: Path | None) -> dict:
+    env = common.child_env({"PYTHONPATH": str(site)} if site is not None else None)
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    # cwd: the cache dir's parent, not this checkout (``python -c`` puts the cwd first on sys.path)
+    proc = subprocess.run([sys.executable, "-c", CHILD, step, cache_dir], capture_output=True, text=True, env=env,
+                          timeout=600, cwd=str(Path(cache_dir).parent))
+    if proc.returncode != 0:
+        raise RuntimeError(f"{step} child failed:\n{proc.stderr[-3000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    expected = str(site) if site is not None else str(common.REPO_ROOT)
+    if not result["from"].startswith(expected):
+        raise RuntimeError(f"{step}: graphcache came from {result['from']}, not {expected}")
+    return result
+
+
+def run(runs: int, log=print) -> dict:
+    common.ensure_bytecode(log)
+    results: dict[str, dict[str, list[dict]]] = {"editable": {s: [] for s in STEPS}, "wheel": {s: [] for s in STEPS}}
+    with tempfile.TemporaryDirectory() as work_dir:
+        work = Path(work_dir)
+        site = build_wheel_site(work)
+        cache_dir = work / "cache"
+        cache_dir.mkdir()
+        measure("cache", str(cache_dir), None)  # the cache dir exists and has an index before any timing
+        for _ in range(runs):  # rounds interleave the installs and the steps, so drift hits each alike
+            for install, where in (("editable", None), ("wheel", site)):
+                for step in STEPS:
+                    results[install][step].append(measure(step, str(cache_dir), where))
+    summary = {install: {step: {"median_ms": 1000 * common.median(r["seconds"] for r in rows),
+                                "modules": rows[0]["modules"]}
+                         for step, rows in steps.items()} for install, steps in results.items()}
+    return {"machine": common.machine_info(), "runs": runs, "summary": summary}
+
+
+def table(report: dict) -> str:
+    lines = ["| graphcache installed | step | median ms | graphcache modules | goal |", "|---|---|---|---|---|"]
+    for install, steps in report["summary"].items():
+        for step, row in steps.items():
+            goal = GOALS.get((install, step))
+            verdict = "" if goal is None else f"<= {1000 * goal:.0f} ms ({'met' if row['median_ms'] <= 1000 * goal else 'MISSED'})"
+            lines.append(f"| {install} | {step} | {row['median_ms']:.1f} | {row['modules']} | {verdict} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=9, help="fresh processes per step and install (medians)")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+    report = run(args.runs)
+    print(common.describe_machine())
+    print(table(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
