@@ -29,6 +29,7 @@ from .core.service import EntryService
 from .core.settings import ENV_FUNCTIONS, ENV_XLA, CacheSettings, resolve_flag
 from .entry import codec, kinds
 from .entry.keyparts import version_id
+from .entry.keyshape import is_key
 from .errors import CorruptEntryError, InvalidGraphError, UnsupportedGraphError
 
 log = logging.getLogger("graphcache")
@@ -111,11 +112,18 @@ class GraphCache(EntryService):
             self.count_uncacheable("disabled")
             graph_def, data, seconds = self._compile_now(source, view.signature, options)
             return CompiledGraph("", False, graph_def, seconds, label, view.signature, serialized=data)
-        fp = keys.compute(view, options, self.identity, name=label)
-        compiled = self._load(fp.key, view, label)
+        fast = keys.exact_key(view, options, self.identity)  # node-heavy graphs: exact bytes, then an alias
+        compiled = self._load_alias(fast, view, label) if fast is not None else None
         if compiled is None:
-            compiled = self._compile_single_flight(fp, source, view, options, label)
-        log.info("graphcache %s %s key=%s %.3fs", "hit" if compiled.hit else "miss", label, fp.key,
+            fp = keys.compute(view, options, self.identity, name=label)
+            compiled = self._load(fp.key, view, label)
+            if compiled is None:
+                compiled = self._compile_single_flight(fp, source, view, options, label, fast)
+            elif fast is not None and not self.read_only:  # found by its canonical key: later processes by
+                held = threading.Lock()                    # the fast one (written off the caller's path)
+                held.acquire()
+                self.start_write(self._write_alias, fast, fp.key, label, lock=held)
+        log.info("graphcache %s %s key=%s %.3fs", "hit" if compiled.hit else "miss", label, compiled.key,
                  time.perf_counter() - start)
         return compiled
 
@@ -152,7 +160,7 @@ class GraphCache(EntryService):
                              serialized=data)
 
     def _compile_single_flight(self, fp: keys.Fingerprint, source: graphs.Source, view: GraphView,
-                               options: Any, label: str) -> CompiledGraph:
+                               options: Any, label: str, fast: str | None = None) -> CompiledGraph:
         signature = view.signature
         if self.read_only:
             self.count(misses=1)
@@ -184,10 +192,10 @@ class GraphCache(EntryService):
                     # with the write, so other processes wait for the entry instead of compiling it again.
                     gate = threading.Event()
                     self.start_write(priority.in_background(self._save), fp, data, seconds, signature, label,
-                                     lock=lock, gate=gate, grace=WRITE_GRACE)
+                                     fast, lock=lock, gate=gate, grace=WRITE_GRACE)
                     lock = None
                 else:
-                    self._save(fp, data, seconds, signature, label)
+                    self._save(fp, data, seconds, signature, label, fast)
             return CompiledGraph(fp.key, False, graph_def, seconds, label, signature, serialized=data,
                                  write_gate=gate)
         finally:
@@ -231,13 +239,34 @@ class GraphCache(EntryService):
         return CompiledGraph(key, True, None, header.compile_seconds, header.name or label, view.signature,
                              serialized=data)
 
-    def _save(self, fp: keys.Fingerprint, data: bytes, seconds: float, signature: Signature, label: str) -> None:
+    def _save(self, fp: keys.Fingerprint, data: bytes, seconds: float, signature: Signature, label: str,
+              fast: str | None = None) -> None:
         extra = self.hooks.miss(self, plugins.MissEvent(fp, label, signature))  # e.g. explain/: a node table
         header = codec.EntryHeader(
             key=fp.key, version=self.version, identity=self.identity, name=label, kind=kinds.GRAPH,
             created=time.time(), compile_seconds=seconds, key_parts=fp.parts,
             extra={**signature.as_dict(), **extra})
-        self.write_entry(header, data)
+        if self.write_entry(header, data) and fast is not None:
+            self._write_alias(fast, fp.key, label)
+
+    # -- fast keys (keys.exact_key) -------------------------------------------------------------------------
+    def _load_alias(self, fast: str, view: GraphView, label: str) -> CompiledGraph | None:
+        """The graph entry a fast key's alias names, checked as any hit is; None: no alias, or its target is
+        gone (the canonical key then decides, and the alias is written again)."""
+        alias = self.read_entry(fast, kind=kinds.GRAPH_ALIAS)
+        if alias is None:
+            return None
+        header, payload = alias
+        target = bytes(payload).decode("ascii", "replace")
+        if not is_key(target) or target != header.extra.get("target"):
+            self.discard_corrupt(fast, CorruptEntryError("a graph alias whose target is not a key"))
+            return None
+        return self._load(target, view, label)
+
+    def _write_alias(self, fast: str, target: str, label: str) -> None:
+        header = codec.EntryHeader(key=fast, version=self.version, identity=self.identity, name=label,
+                                   kind=kinds.GRAPH_ALIAS, created=time.time(), extra={"target": target})
+        self.write_entry(header, target.encode("ascii"))
 
     def __repr__(self) -> str:
         return f"GraphCache({str(self.cache_dir)!r}, version={self.version!r})"

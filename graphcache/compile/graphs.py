@@ -8,10 +8,12 @@ scan both walk.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import xxhash
 from google.protobuf import message as _pb_message
 from google.protobuf import text_format
 from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, node_def_pb2, types_pb2
@@ -78,6 +80,32 @@ def serialized_pieces(graph_def: graph_pb2.GraphDef) -> list[bytes]:
         rest.debug_info.CopyFrom(graph_def.debug_info)
     append(rest.SerializeToString())
     return pieces
+
+
+def exact_hash(graph_def: graph_pb2.GraphDef, deadline: float | None = None) -> str | None:
+    """The xxh3-128 of ``graph_def``'s serialization, hashed piece by piece as serialized_pieces writes it
+    (nodes, library, the rest; no copy of the whole graph) in protobuf's deterministic form (map entries in
+    key order; upb's map order otherwise changes from process to process), or None once
+    ``time.perf_counter()`` passes ``deadline``. Exact bytes, names included: equal hashes mean equal graphs."""
+    hasher = xxhash.xxh3_128()
+    update, clock = hasher.update, time.perf_counter
+    for index, node in enumerate(graph_def.node):
+        data = node.SerializeToString(deterministic=True)  # attr maps in key order: the same in every process
+        update(len(data).to_bytes(8, "little"))
+        update(data)
+        if deadline is not None and not index & 63 and clock() > deadline:
+            return None
+    if graph_def.HasField("library"):
+        update(b"library")
+        update(graph_def.library.SerializeToString(deterministic=True))
+    rest = graph_pb2.GraphDef(version=graph_def.version)
+    if graph_def.HasField("versions"):
+        rest.versions.CopyFrom(graph_def.versions)
+    if graph_def.HasField("debug_info"):
+        rest.debug_info.CopyFrom(graph_def.debug_info)
+    update(b"rest")
+    update(rest.SerializeToString(deterministic=True))
+    return hasher.hexdigest()
 
 
 def read_graph_file(path: str | os.PathLike[str]) -> graph_pb2.GraphDef:

@@ -19,9 +19,10 @@ SAVED_MODEL = "saved_model"  # an alias: a SavedModel's files + signature -> its
 XLA = "xla"  # one of TensorFlow's XLA executables (graphcache/xla/)
 TF_FUNCTION = "tf_function"  # a tf.function's optimized graph (graphcache/functions/)
 TF_FUNCTION_ALIAS = "tf_function_alias"  # a fast key (exact bytes of the call) -> its tf_function entry's key
+GRAPH_ALIAS = "graph_alias"  # a fast key (exact bytes of a node-heavy graph) -> its graph entry's key
 
 # Kinds whose payload names another entry that must travel with it (bundles export both).
-ALIASES = (SAVED_MODEL, TF_FUNCTION_ALIAS)
+ALIASES = (SAVED_MODEL, TF_FUNCTION_ALIAS, GRAPH_ALIAS)
 
 # kind -> the folder under the cache dir that holds its per-version directories
 VERSION_DIRS = {XLA: "xla"}

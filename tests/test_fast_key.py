@@ -1,0 +1,104 @@
+"""Fast keys of node-heavy graphs (compile/keys.exact_key): a hit found by the graph's exact bytes through an
+alias entry, never a stale one. Every case is a fresh process: the exact bytes must be the same in each
+(protobuf's map order is not, unless serialized deterministically), and a changed graph must miss.
+"""
+
+from __future__ import annotations
+
+import json
+
+from graphcache import GraphCache
+from graphcache.compile.keys import FAST_MIN_NODES
+from graphcache.entry import kinds
+
+from .helpers import run_python
+
+NODES = FAST_MIN_NODES + 40
+
+CHILD = '''
+import json, sys
+import numpy as np
+import tensorflow as tf
+import graphcache
+from graphcache.compile import keys
+
+def build(scale):
+    """A chain of {nodes} small ops on a 4x4 input (node-heavy, tiny weights), one constant scaled."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [4, 4], name="x")
+        y = x
+        rng = np.random.default_rng(0)
+        for i in range({nodes} // 2):
+            value = rng.standard_normal((4, 4)).astype(np.float32) * (scale if i == 7 else 1.0)
+            y = tf.tanh(y + tf.constant(value, name=f"c{{i}}"), name=f"t{{i}}")
+        tf.identity(y, name="out")
+    return graph.as_graph_def()
+
+scale, fetch, canonical_allowed = {scale}, {fetch!r}, {canonical_allowed}
+graph_def = build(scale)
+if not canonical_allowed:  # this process must find its entry by the fast key alone
+    def no_canonical(*args, **kwargs):
+        raise AssertionError("the canonical key was computed")
+    keys.compute = no_canonical
+cache = graphcache.GraphCache({cache_dir!r})
+compiled = cache.compile(graph_def, [fetch], ["x:0"])
+with compiled.session() as sess:
+    value = sess.run(fetch, {{"x:0": np.ones((4, 4), np.float32)}})
+with tf.compat.v1.Session(graph=tf.Graph()) as plain:
+    tf.graph_util.import_graph_def(graph_def, name="")
+    expected = plain.run(fetch, {{"x:0": np.ones((4, 4), np.float32)}})
+cache.wait_for_writes()
+print(json.dumps({{"hit": compiled.hit, "key": compiled.key, "same": bool(np.array_equal(value, expected)),
+                  "nodes": len(graph_def.node), "kinds": sorted(r.kind for r in cache.entries())}}))
+'''
+
+
+def child(cache_dir, *, scale=1.0, fetch="out:0", canonical_allowed=True) -> dict:
+    return run_python(CHILD.format(cache_dir=str(cache_dir), nodes=NODES, scale=scale, fetch=fetch,
+                                   canonical_allowed=canonical_allowed))
+
+
+def test_a_node_heavy_graph_hits_by_its_exact_bytes_in_a_fresh_process(cache_dir):
+    miss = child(cache_dir)
+    assert not miss["hit"] and miss["same"] and miss["nodes"] >= FAST_MIN_NODES
+    assert miss["kinds"] == [kinds.GRAPH, kinds.GRAPH_ALIAS]
+    hit = child(cache_dir, canonical_allowed=False)  # found without computing the canonical key
+    assert hit["hit"] and hit["same"] and hit["key"] == miss["key"]
+    assert hit["kinds"] == [kinds.GRAPH, kinds.GRAPH_ALIAS]
+
+
+def test_a_changed_graph_or_signature_never_hits_an_alias_it_does_not_own(cache_dir):
+    first = child(cache_dir)
+    changed = child(cache_dir, scale=1.5)  # one constant changed: other bytes, another canonical key
+    assert not changed["hit"] and changed["same"] and changed["key"] != first["key"]
+    other_fetch = child(cache_dir, fetch="t3:0")  # the same graph, another signature
+    assert not other_fetch["hit"] and other_fetch["same"]
+    again = child(cache_dir, canonical_allowed=False)
+    assert again["hit"] and again["key"] == first["key"]
+
+
+def test_an_alias_whose_target_is_gone_or_corrupt_falls_back_to_the_canonical_key(cache_dir):
+    first = child(cache_dir)
+    cache = GraphCache(cache_dir)
+    alias = next(r for r in cache.entries() if r.kind == kinds.GRAPH_ALIAS)
+    assert cache.purge([first["key"]]).entries == 1  # the graph entry goes, its alias stays
+    rebuilt = child(cache_dir)  # the alias names nothing: canonical key, a miss, compiled again
+    assert not rebuilt["hit"] and rebuilt["same"] and rebuilt["key"] == first["key"]
+    assert rebuilt["kinds"] == [kinds.GRAPH, kinds.GRAPH_ALIAS]
+
+    path = cache.store.path_for(alias.key)  # a payload that names no key: refused, the canonical key decides
+    from graphcache.entry import codec
+
+    header = codec.read_header(str(path))
+    path.write_bytes(b"".join(codec.encode_parts(header, b"not a key at all")))
+    found = child(cache_dir)
+    assert found["hit"] and found["same"] and found["key"] == first["key"]
+    assert child(cache_dir, canonical_allowed=False)["hit"]  # and the alias was written again
+
+
+def test_small_graphs_keep_no_alias(cache, mlp):
+    assert len(mlp.graph_def.node) < FAST_MIN_NODES
+    cache.compile(mlp.graph_def, mlp.fetches, mlp.feeds)
+    cache.wait_for_writes()
+    assert [row.kind for row in cache.entries()] == [kinds.GRAPH], json.dumps([r.kind for r in cache.entries()])
