@@ -5,7 +5,8 @@ Sections (each a module of benchmarks/, each figure a median of several runs, co
 1. ``cold_warm``: cold / warm / floor / miss per frozen model, the hit path step by step vs the floor's
    steps, the miss path vs TF cold, fingerprint throughput (graphcache's import inside warm and miss);
 2. ``whole_process``: ``python SCRIPT`` timed by hyperfine from process start to first result (TensorFlow's
-   import included), plain TF vs graphcache's miss and warm (whole_process.py);
+   import included), plain TF vs graphcache's miss and warm (whole_process.py); ``import_time``: graphcache's
+   own import after TensorFlow's, in the make-install venv and from a wheel (import_time.py);
 3. ``other_models``: the same on keras.applications models the table does not use (Xception, NASNetMobile,
    ResNet101V2; 3 fresh processes per variant, no ``parts``; full run only): the goals hold beyond the table;
 4. ``tf1``: the same four variants for a non-frozen TF1 training graph (ref variables, Adam) through
@@ -59,12 +60,13 @@ import cold_warm
 import common
 import concurrency
 import entry_size
+import import_time
 import miss_parts
 import store_vs_diskcache
 import tf1_train
 import whole_process
 
-SECTIONS = ("cold_warm", "whole_process", "other_models", "tf1", "tf1_cached", "zstd", "xla", "stores", "concurrency", "store_scale", "accelerate", "saved_model",
+SECTIONS = ("cold_warm", "whole_process", "import_time", "other_models", "tf1", "tf1_cached", "zstd", "xla", "stores", "concurrency", "store_scale", "accelerate", "saved_model",
             "functions", "session_memory")
 FINGERPRINT_GOAL_MB_S = 1000.0
 STORE_SCALE_GOALS = {"stats_json_seconds": 2.0, "ls_json_seconds": 2.0, "put_ratio": 1.5}
@@ -96,6 +98,7 @@ class Plan:
     whole_process_models: tuple[str, ...] = whole_process.DEFAULT_MODELS  # (): not run
     whole_process_runs: int = 5  # hyperfine's --runs per command
     whole_process_warmup: int = 1  # hyperfine's --warmup per command
+    import_runs: int = 9  # fresh processes per step and install (import_time.py)
     sections: tuple[str, ...] = field(default=SECTIONS)
 
 
@@ -108,7 +111,8 @@ QUICK = Plan(models=("resnet50",), runs=3, bert_runs=3, parts=False, tf1_runs=3,
              store_repeats=3, concurrency_model="mobilenetv2", concurrency_procs=8, concurrency_rounds=1, xla_args=None,
              store_scale_args=("--puts", "20"), accelerate_args=("--steps", "60"), saved_model_args=None,
              functions_args=("--workloads", "deep8k", "--runs", "1"), session_memory_args=None,
-             other_models=(), whole_process_models=("mobilenetv2",), whole_process_runs=3, whole_process_warmup=0)
+             other_models=(), whole_process_models=("mobilenetv2",), whole_process_runs=3, whole_process_warmup=0,
+             import_runs=3)
 
 
 def _log(message: str) -> None:
@@ -163,6 +167,7 @@ def run_sections(plan: Plan, log: Callable[[str], None] = _log) -> dict[str, Any
         "cold_warm": lambda: run_cold_warm(plan, log),
         "whole_process": lambda: whole_process.bench(plan.whole_process_models, plan.whole_process_runs,
                                                      plan.whole_process_warmup, log),
+        "import_time": lambda: import_time.run(plan.import_runs, log),
         "other_models": lambda: run_other_models(plan, log),
         "tf1": lambda: tf1_train.bench(plan.tf1_runs, log),
         "tf1_cached": lambda: tf1_train.bench(plan.tf1_runs, log, cache_small=True),
@@ -385,6 +390,8 @@ def format_section(name: str, report: dict[str, Any]) -> str:
         return concurrency.format_result(data)
     if name == "whole_process":
         return whole_process.format_result(data)
+    if name == "import_time":
+        return import_time.table(data)
     return data["stdout"]  # the scripts: as they printed it
 
 
@@ -477,6 +484,15 @@ def write_markdown(report: dict[str, Any], path: Path, json_path: Path, charts: 
                  _md_table(cold_warm.summary_rows(sections["other_models"])), "",
                  *verdict_lines(report, "other_models"), ""]
     text += _markdown_whole_process(report)
+    if sections.get("import_time"):
+        data = sections["import_time"]
+        text += ["## graphcache's own import", "",
+                 f"After `import tensorflow`, in fresh processes (median of {data['runs']} each; nothing of graphcache "
+                 "loaded before the timer, asserted): `cache` is `import graphcache; GraphCache(dir)` on an existing "
+                 "cache dir, `install` is `graphcache.install(cache_dir=dir)` (a TF2 program's cost), `session` is "
+                 "`from graphcache import Session`. `editable` is the `make install` venv (its bytecode compiled), "
+                 "`wheel` a regular install of a wheel of this checkout (import_time.py). What each loads is pinned "
+                 "by tests/test_lean.py.", "", import_time.table(data), ""]
     breakdown = breakdown_rows(report)
     if breakdown:
         text += [
