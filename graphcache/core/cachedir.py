@@ -20,14 +20,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import CacheDirError
 from ..store.local import LocalStore
-from . import settings
 from .failures import warn_once
 from .index.database import INDEX_ERRORS, INDEX_FILE, CacheIndex, IndexCorruptError, IndexRow
 from .index.rebuild import FAILED, NOT_WRITABLE, Rebuild, memory_index, rebuild_index
 from .index.rebuild import row_from_header as row_from_header
 from .index.schema import META_CHECKED
+from .settings import resolve_cache_dir as resolve_cache_dir
 from .units import parse_size
 from .versioning import PurgeResult, purge_stale_versions
 
@@ -50,24 +49,6 @@ HEAL_RETRY = 60.0  # seconds before a process tries again to rebuild an index it
 
 
 # -- finding and checking a cache dir ---------------------------------------------------------------------------
-def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None) -> Path:
-    """An explicit cache dir (it must exist: a typo must not silently create a new cache), else the default
-    one ($GRAPHCACHE_DIR or the user cache dir), created with mode 0700."""
-    if cache_dir is not None:
-        path = Path(cache_dir).expanduser()
-        if not path.is_dir():
-            raise CacheDirError(
-                f"cache dir {str(path)!r} does not exist or is not a directory: create it, or pass "
-                f"cache_dir=None to use ${settings.ENV_DIR} or the user cache dir", str(path))
-        return path
-    path = settings.default_cache_dir()
-    try:
-        settings.make_private_dir(path)
-    except OSError as exc:
-        raise CacheDirError(f"cannot create cache dir {str(path)!r}: {exc.strerror or exc}", str(path)) from None
-    return path
-
-
 def warn_if_shared_writable(path: Path) -> None:
     """Anyone who can write the cache dir can plant entries other users will run: say so."""
     try:

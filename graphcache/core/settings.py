@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..errors import CacheDirError
 from .units import parse_duration, parse_size
 
 ENV_DIR = "GRAPHCACHE_DIR"
@@ -201,3 +202,21 @@ class CacheSettings(NamedTuple):
                                                 DEFAULT_REMOTE_RETRY_AFTER),
             remote_options=dict(remote_options or {}),
         )
+
+
+def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None) -> Path:
+    """An explicit cache dir (it must exist: a typo must not silently create a new cache), else the default
+    one ($GRAPHCACHE_DIR or the user cache dir), created with mode 0700."""
+    if cache_dir is not None:
+        path = Path(cache_dir).expanduser()
+        if not path.is_dir():
+            raise CacheDirError(
+                f"cache dir {str(path)!r} does not exist or is not a directory: create it, or pass "
+                f"cache_dir=None to use ${ENV_DIR} or the user cache dir", str(path))
+        return path
+    path = default_cache_dir()
+    try:
+        make_private_dir(path)
+    except OSError as exc:
+        raise CacheDirError(f"cannot create cache dir {str(path)!r}: {exc.strerror or exc}", str(path)) from None
+    return path

@@ -36,7 +36,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
@@ -44,7 +44,6 @@ from tensorflow.core.protobuf import config_pb2
 from tensorflow.python.client import session as tf_session_lib
 
 from .. import accelerate, runtime
-from ..cache import GraphCache
 from ..compile import graphs
 from ..compile.compiled import runtime_config
 from ..core import settings
@@ -53,6 +52,9 @@ from ..errors import UnsupportedGraphError
 from .lazy_cache import SessionCache
 from .placement import Placement
 from .run_graph import Imported, RunGraph, release_freed_memory, retyped
+
+if TYPE_CHECKING:
+    from ..cache import GraphCache
 
 log = logging.getLogger("graphcache")
 
