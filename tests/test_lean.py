@@ -93,3 +93,27 @@ def test_install_loads_the_session_drop_in_only_for_a_tf1_session(cache_dir):
     assert _matches(out["installed"], ("graphcache.session.drop_in", "graphcache.xla", "graphcache.accelerate.mode",
                                        "graphcache.share", "graphcache.explain", "graphcache.cli")) == []
     assert out["session"] == "graphcache.session.drop_in" and "graphcache.session.drop_in" in out["after"]
+
+
+SMALL_SESSION_CHILD = '''
+import json, os, sys
+import tensorflow as tf
+graph = tf.Graph()
+with graph.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [2], name="x")
+    tf.identity(x * 2.0, name="y")
+os.environ.pop("GRAPHCACHE_MIN_NODES", None)  # the default rule: this graph is too small to cache
+import graphcache
+with graphcache.Session(graph=graph, cache_dir={cache_dir!r}) as sess:
+    value = sess.run("y:0", {{"x:0": [1.0, 2.0]}}).tolist()
+print(json.dumps({{"value": value, "loaded": sorted(m for m in sys.modules if m.startswith("graphcache")),
+                  "small": graphcache.GraphCache({cache_dir!r}).stats().uncacheable.get("small_graph")}}))
+'''
+
+
+def test_a_session_that_runs_plain_never_loads_the_compile_path(cache_dir):
+    out = run_python(SMALL_SESSION_CHILD.format(cache_dir=str(cache_dir)), env={"GRAPHCACHE_MIN_NODES": ""})
+    assert out["value"] == [2.0, 4.0] and out["small"] == 1
+    # "loaded" is taken before the child opens a GraphCache for its stats (dict values evaluate in order)
+    assert _matches(out["loaded"], ("graphcache.cache", "graphcache.compile.canonical", "graphcache.compile.keys",
+                                    "graphcache.core.service", "graphcache.compile.compilers")) == [], out["loaded"]
