@@ -252,6 +252,15 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     return numerator / denominator
 
 
+def text_table(rows: list[list[str]]) -> str:
+    """A plain-text table: the first column left-aligned, the others right-aligned, a rule under the header."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+             for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
 def fmt_seconds(value: float | None, width: int = 8) -> str:
     if value is None:
         return "-".rjust(width)

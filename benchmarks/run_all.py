@@ -218,14 +218,6 @@ def _md_table(rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _text_table(rows: list[list[str]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
-             for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
 def _sec(value: float | None) -> str:
     if value is None:
         return "-"
@@ -377,9 +369,9 @@ def format_section(name: str, report: dict[str, Any]) -> str:
         return ""
     if name == "cold_warm":
         parts = [cold_warm.format_model(r) for r in data["models"].values()]
-        return "\n\n".join(parts + [_text_table(cold_warm.summary_rows(data))])
+        return "\n\n".join(parts + [common.text_table(cold_warm.summary_rows(data))])
     if name == "other_models":
-        return "\n".join([_text_table(cold_warm.summary_rows(data)), *verdict_lines(report, name)])
+        return "\n".join([common.text_table(cold_warm.summary_rows(data)), *verdict_lines(report, name)])
     if name in ("tf1", "tf1_cached"):
         return tf1_train.format_result(data)
     if name == "zstd":
@@ -915,7 +907,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     report = run_sections(plan, _log)
     if "cold_warm" in report["sections"] or "tf1" in report["sections"]:
-        print(_text_table(summary_rows(report)) + "\n")
+        print(common.text_table(summary_rows(report)) + "\n")
     json_path.write_text(json.dumps(report, indent=1, default=str) + "\n")
     charts = {} if args.no_chart else write_charts(report, chart_paths)
     command = "benchmarks/run_all.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()

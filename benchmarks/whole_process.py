@@ -282,21 +282,13 @@ def detail_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _text_table(rows: list[list[str]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
-             for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
 def format_result(report: dict[str, Any]) -> str:
     head = (f"whole processes, `python SCRIPT` from exec to its first result ({report['hyperfine']}, -N; "
             f"{report['warmup']} warm-up + {report['runs']} runs per command; hyperfine's medians, seconds)\n"
             "cold: plain TF (import TF, parse the .pb, import, session, first run); miss: the same through graphcache "
             "(import graphcache too, GraphCache(dir).compile, session(), first run) on an empty cache dir; warm: "
             "graphcache on a filled cache dir")
-    return "\n".join([head, "", _text_table(table_rows(report)), "", *detail_lines(report)])
+    return "\n".join([head, "", common.text_table(table_rows(report)), "", *detail_lines(report)])
 
 
 def main(argv: list[str] | None = None) -> int:
