@@ -163,7 +163,7 @@ class GraphCache(EntryService):
                                options: Any, label: str, fast: str | None = None) -> CompiledGraph:
         signature = view.signature
         if self.read_only:
-            self.count(misses=1)
+            self.count_lookup(kinds.GRAPH, misses=1)
             self.count_uncacheable("read_only")
             graph_def, data, seconds = self._compile_now(source, signature, options)
             return CompiledGraph(fp.key, False, graph_def, seconds, label, signature, serialized=data)
@@ -182,9 +182,9 @@ class GraphCache(EntryService):
                 compiled = self._load(fp.key, view, label)  # another process may have compiled it
                 if compiled is not None:
                     return compiled
-            self.count(misses=1)
+            self.count_lookup(kinds.GRAPH, misses=1)
             graph_def, data, seconds = self._compile_now(source, signature, options)
-            self.count(compiles=1, compile_seconds=seconds)
+            self.count_lookup(kinds.GRAPH, compiles=1, compile_seconds=seconds)
             gate = None
             if lock is not None:
                 if len(data) >= BACKGROUND_WRITE_BYTES and not self.strict:
@@ -235,7 +235,7 @@ class GraphCache(EntryService):
         if found is None:
             return None
         header, data = found
-        self.count(hits=1, saved_seconds=header.compile_seconds)
+        self.count_lookup(kinds.GRAPH, hits=1, saved_seconds=header.compile_seconds)
         return CompiledGraph(key, True, None, header.compile_seconds, header.name or label, view.signature,
                              serialized=data)
 

@@ -12,6 +12,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 import graphcache
 
@@ -226,6 +227,82 @@ def test_graphcache_run_is_like_python_argv_exit_status_tracebacks(tmp_path):
     assert proc.returncode == 2 and "missing.py" in proc.stderr
     proc = _run(["-m", "graphcache", "run", "--accelerate-train-mode", "fast|sometimes", str(script), "0"])
     assert proc.returncode == 2 and "SPLIT 'sometimes'" in proc.stderr
+
+
+EXIT_CASES = {  # script text -> what it does; each is run by python and by graphcache run
+    "exit3.py": "import sys\nsys.exit(3)\n",
+    "message.py": "import sys\nsys.exit('a message')\n",
+    "raises.py": "raise ValueError('boom')\n",
+    "interrupted.py": "raise KeyboardInterrupt\n",
+    "imports_missing.py": "import no_such_module_inside\n",
+}
+
+
+def test_graphcache_run_exits_as_python_does(tmp_path):
+    for name, text in EXIT_CASES.items():
+        (tmp_path / name).write_text(text)
+    cases = [[str(tmp_path / name)] for name in EXIT_CASES]
+    cases += [[str(tmp_path / "missing.py")], ["-m", "no_such_module_gc"]]
+    for args in cases:
+        python, cached = _run(args), _run(["-m", "graphcache", "run", *args])
+        # an interrupted script ends by SIGINT, in both (returncode -2; a shell shows 130)
+        assert cached.returncode == python.returncode, (args, python.stderr[-2000:], cached.stderr[-2000:])
+        if python.stderr:  # Python's last line, its own name left out, ends graphcache's stderr too
+            assert python.stderr.splitlines()[-1].split(": ", 1)[-1] in cached.stderr, args
+    assert python.returncode == 1 and _run([str(tmp_path / "missing.py")]).returncode == 2
+
+
+INSTALL_TWICE_CHILD = '''
+import json, os, stat, warnings
+import numpy as np
+import tensorflow as tf
+import graphcache
+
+first, second = {first!r}, {second!r}
+warnings.simplefilter("always")
+with warnings.catch_warnings(record=True) as caught:
+    graphcache.install(cache_dir=first)
+    tf.function(lambda x: tf.reduce_sum(tf.square(x)) * 2.0)(tf.ones([8]))
+    graphcache.install(cache_dir=second)  # a dir that does not exist yet: created, mode 0700
+    tf.function(lambda x: tf.reduce_sum(tf.sqrt(x)) + 1.0)(tf.ones([8]))
+    with tf.Graph().as_default() as g:
+        x = tf.compat.v1.placeholder(tf.float32, [4], name="x")
+        y = tf.identity(tf.nn.relu(x) * 4.0, name="y")
+        with tf.compat.v1.Session(graph=g) as sess:
+            session_dir = str(sess.cache.cache_dir)
+            value = sess.run(y, {{x: np.arange(4, dtype=np.float32)}}).tolist()
+    graphcache.GraphCache(first, functions=True)  # not install(): keeps the installed function cache, warns
+graphcache.functions.wait_for_writes()
+kinds = {{d: sorted({{row.kind for row in graphcache.GraphCache(d).entries()}} - {{"tf_function_alias"}})
+         for d in (first, second)}}
+print(json.dumps({{"kinds": kinds, "session_dir": session_dir, "value": value,
+                  "mode": oct(stat.S_IMODE(os.stat(second).st_mode)),
+                  "warnings": [[str(w.message), w.filename] for w in caught]}}))
+'''
+
+
+def test_install_twice_moves_sessions_and_functions_to_the_second_dir(tmp_path):
+    first, second = tmp_path / "first", tmp_path / "new" / "second"
+    first.mkdir()
+    out = run_python(INSTALL_TWICE_CHILD.format(first=str(first), second=str(second)))
+    assert out["kinds"][str(first)] == ["tf_function"]
+    assert out["kinds"][str(second)] == ["graph", "tf_function"]
+    assert out["session_dir"] == str(second) and out["value"] == [0.0, 4.0, 8.0, 12.0]
+    assert out["mode"] == "0o700"
+    [(message, filename)] = out["warnings"]  # the one warning points at the caller's line, not graphcache's
+    assert "already cached in" in message and filename == "<string>", out["warnings"]
+
+
+def test_install_names_the_cache_dir_it_cannot_create(tmp_path):
+    from graphcache.errors import CacheDirError
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    for bad in (blocker / "cache", blocker):
+        with pytest.raises(CacheDirError, match=repr(str(bad))):
+            graphcache.install(cache_dir=bad)
+    proc = _run(["-m", "graphcache", "run", "--cache-dir", str(blocker / "cache"), "-m", "json.tool", "-h"])
+    assert proc.returncode == 1 and repr(str(blocker / "cache")) in proc.stderr, proc.stderr[-2000:]
 
 
 def test_install_takes_a_cache_or_its_settings_not_both(cache):

@@ -24,6 +24,7 @@ from rich.progress import Progress
 from graphcache import __version__, cli
 from graphcache.cli import manage, output
 from graphcache.core.cachedir import CacheDir
+from graphcache.core.counters import count_lookup
 from graphcache.core.filters import (
     Filter,
     FilterError,
@@ -36,6 +37,7 @@ from graphcache.core.filters import (
 from graphcache.core.index.database import IndexRow
 from graphcache.core.selection import SelectionError, no_current_version, resolve_prefix
 from graphcache.core.units import UnitError, format_size, parse_size
+from graphcache.entry import kinds
 from graphcache.entry.codec import EntryHeader, encode
 from graphcache.store import LocalStore
 
@@ -230,6 +232,37 @@ def test_stats_json(cache):
     versions = {v["version"]: v for v in data["versions"]}
     assert versions[OLD]["entries"] == 2 and not versions[OLD]["current"] and versions[CURRENT]["current"]
     assert datetime.fromisoformat(versions[CURRENT]["last_open"]).utcoffset().total_seconds() == 0
+
+
+def test_stats_json_headline_adds_every_kind_and_breaks_them_down(cache):
+    data = invoke_json(["stats"], cache)
+    assert data["exists"] is True
+    # counts recorded before the per-kind counters are read as the graph lookups they were
+    assert data["by_kind"]["graph"] == {"entries": 5, "bytes": data["bytes"], "hits": 3, "misses": 1,
+                                        "compiles": 1, "compile_seconds": 12.5, "saved_seconds": 30.0}
+    index = CacheDir(cache.root).index
+    index.add_counters({**count_lookup(kinds.TF_FUNCTION, hits=4, saved_seconds=2.0),
+                        **count_lookup(kinds.TF_FUNCTION, misses=2, compiles=2, compile_seconds=3.0),
+                        **count_lookup(kinds.SAVED_MODEL, hits=1, saved_seconds=5.0),
+                        **count_lookup(kinds.XLA, hits=2)})
+    index.close()
+    data = invoke_json(["stats"], cache)
+    by_kind = data["by_kind"]
+    assert set(by_kind) == {"graph", "tf_function", "saved_model", "xla"}
+    assert by_kind["graph"]["hits"] == 0 and by_kind["graph"]["entries"] == 5  # now counted per kind
+    assert (by_kind["tf_function"]["hits"], by_kind["tf_function"]["misses"]) == (4, 2)
+    assert data["totals"] == {"hits": 7, "misses": 2, "compiles": 2, "compile_seconds": 3.0,
+                              "saved_seconds": 7.0, "hit_rate": 7 / 9}
+    # the older keys keep their meaning: graph (and SavedModel) lookups, TF2 functions' and XLA's own
+    assert (data["hits"], data["function_hits"], data["function_compiles"], data["xla_hits"]) == (4, 4, 2, 2)
+    table = invoke(["stats"], cache).stdout
+    assert "77.8%" in table and "tf_function" in table and "saved_model" in table
+
+
+def test_stats_json_of_a_missing_dir_says_so(tmp_path):
+    data = invoke_json(["stats"], tmp_path / "nowhere")
+    assert data["exists"] is False and data["entries"] == 0 and data["by_kind"] == {}
+    assert data["totals"]["hit_rate"] is None
 
 
 def test_stats_human(cache):

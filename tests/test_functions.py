@@ -266,7 +266,7 @@ import numpy as np
 import tensorflow as tf
 if {functions}:
     import graphcache
-    cache = graphcache.GraphCache({cache_dir!r}, functions=True)
+    cache = graphcache.install(cache_dir={cache_dir!r})  # TF2 functions included
 import keras
 keras.utils.set_random_seed(3)
 inputs = keras.Input((12,))
@@ -302,6 +302,13 @@ def test_keras_predict_fit_and_a_loaded_saved_model_hit_in_a_second_process(cach
     for field in ("predict", "loss", "after_fit", "saved_model"):
         np.testing.assert_allclose(warm[field], plain[field], rtol=1e-6, atol=1e-7, err_msg=field)
         np.testing.assert_allclose(cold[field], plain[field], rtol=1e-6, atol=1e-7, err_msg=field)
+    # `graphcache stats`: a TF2-only cache's hits are in the headline, and in the per-kind breakdown
+    stats = subprocess.run([sys.executable, "-m", "graphcache", "stats", "--json", "--cache-dir", str(cache_dir)],
+                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
+    data = json.loads(stats.stdout)
+    assert data["totals"]["hits"] == compiled and data["totals"]["hit_rate"] == 0.5
+    assert data["by_kind"]["tf_function"]["hits"] == compiled and data["by_kind"]["tf_function"]["entries"] == compiled
+    assert data["by_kind"]["tf_function_alias"]["hits"] == 0  # an alias's lookups are its target kind's
 
 
 # -- the payload, in this process ------------------------------------------------------------------------------
@@ -366,7 +373,7 @@ import numpy as np
 import tensorflow as tf
 if {cache_dir!r}:
     import graphcache
-    cache = graphcache.GraphCache({cache_dir!r}, functions=True)
+    cache = graphcache.install(cache_dir={cache_dir!r})  # TF2 functions included
 import keras
 keras.utils.set_random_seed(1)
 model = keras.applications.ResNet50(weights=None, input_shape=(64, 64, 3), classes=10)

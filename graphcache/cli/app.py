@@ -22,7 +22,7 @@ from ..errors import GraphCacheError, GraphCacheWarning
 from ..version import package_version
 from . import explain, info, manage, share
 from . import run as run_commands
-from .errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, CliError
+from .errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, CliError, ScriptInterrupted
 from .options import cache_dir_option, debug_enabled, debug_hint, group_epilog
 
 
@@ -55,7 +55,9 @@ def run(invoke: Callable[[], object]) -> int:
             click.echo(f"Try '{exc.ctx.command_path} --help' for help.", err=True)
         _error(exc.format_message())
         return exc.exit_code
-    except click.Abort:
+    except click.Abort as exc:
+        if isinstance(exc.__cause__, ScriptInterrupted):  # click's name for it: the group's main ends the process
+            raise exc.__cause__ from None
         _error("aborted")
         return EXIT_FAILURE
     except KeyboardInterrupt:
@@ -102,9 +104,14 @@ class GraphCacheGroup(click.Group):
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,  # type: ignore[override]
              complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> int:
-        with warnings_as_messages():
-            code = run(lambda: super(GraphCacheGroup, self).main(
-                args, prog_name or PROG, complete_var, standalone_mode=False, **extra))
+        try:
+            with warnings_as_messages():
+                code = run(lambda: super(GraphCacheGroup, self).main(
+                    args, prog_name or PROG, complete_var, standalone_mode=False, **extra))
+        except ScriptInterrupted:
+            if not standalone_mode:
+                return EXIT_INTERRUPTED
+            raise ScriptInterrupted.end_process() from None
         if standalone_mode:
             sys.exit(code)
         return code

@@ -37,10 +37,13 @@ def dir_command() -> None:
         message(f"note: {root} does not exist yet", style="dim")
 
 
-def stats_json(stats: Stats, root: Path, versions: list[dict[str, Any]]) -> dict[str, Any]:
+def stats_json(stats: Stats, root: Path, exists: bool, versions: list[dict[str, Any]]) -> dict[str, Any]:
+    """``stats --json``: every key of graphcache 0.1 (``hits``, ``misses``, ``compiles`` ... are graph
+    lookups, as they were), plus ``exists``, ``totals`` (every kind's lookups) and ``by_kind``."""
     return {
-        "cache_dir": str(root.absolute()), "entries": stats.entries, "bytes": stats.bytes,
+        "cache_dir": str(root.absolute()), "exists": exists, "entries": stats.entries, "bytes": stats.bytes,
         "max_size": configured_max_size(),
+        "totals": stats.totals, "by_kind": stats.by_kind,
         "hit_rate": stats.hit_rate, "hits": stats.hits, "misses": stats.misses, "compiles": stats.compiles,
         "compile_seconds": stats.compile_seconds, "saved_seconds": stats.saved_seconds,
         "bytes_written": stats.bytes_written, "bytes_evicted": stats.bytes_evicted, "evictions": stats.evictions,
@@ -77,13 +80,16 @@ def stats_view(stats: Stats, root: Path, exists: bool, versions: list[dict[str, 
     view.add_row("Size on disk", format_size(stats.bytes))
     cap = configured_max_size()
     view.add_row("Max size", f"{format_size(cap)}  (GRAPHCACHE_MAX_SIZE; LRU beyond it)")
-    rate = stats.hit_rate
+    totals = stats.totals  # every kind of entry: a TF2-only cache's hits are hits too
+    rate = totals["hit_rate"]
     view.add_row("Hit rate", "-" if rate is None else f"{rate:.1%}")
-    view.add_row("Hits", str(stats.hits))
-    view.add_row("Misses", str(stats.misses))
-    view.add_row("Compiles", str(stats.compiles))
-    view.add_row("Compile time", duration(stats.compile_seconds))
-    view.add_row("Time saved", duration(stats.saved_seconds))
+    view.add_row("Hits", str(totals["hits"]))
+    view.add_row("Misses", str(totals["misses"]))
+    view.add_row("Compiles", str(totals["compiles"]))
+    view.add_row("Compile time", duration(totals["compile_seconds"]))
+    view.add_row("Time saved", duration(totals["saved_seconds"]))
+    if stats.by_kind:
+        view.add_row("By kind", kinds_table(stats.by_kind))
     view.add_row("Bytes written", format_size(stats.bytes_written))
     view.add_row("Bytes evicted", format_size(stats.bytes_evicted))
     view.add_row("Errors", str(stats.errors) + (f"  ({plural(stats.index_rebuilds, 'index rebuild')})"
@@ -97,17 +103,26 @@ def stats_view(stats: Stats, root: Path, exists: bool, versions: list[dict[str, 
         view.add_row("Remote hits", str(stats.remote_hits))
         view.add_row("Remote errors", str(stats.remote_errors))
         view.add_row("Uploads", f"{stats.uploads} ({format_size(stats.upload_bytes)})")
-    if any(stats.xla.values()):  # XLA executables (xla/); hits are derived from access times
-        view.add_row("XLA", ", ".join(f"{name.removeprefix('xla_').replace('_', ' ')} {count}"
-                                      for name, count in stats.xla.items()))
-    if any(stats.functions.values()):  # TF2 functions' first calls (functions/)
-        view.add_row("TF2 functions", ", ".join(f"{name.removeprefix('function_')} {count}"
-                                                for name, count in stats.functions.items()))
+    xla_files = {name: count for name, count in stats.xla.items() if name not in ("xla_hits", "xla_compiles")}
+    if any(xla_files.values()):  # XLA executables' files (xla/): the lookups are in the by-kind table
+        view.add_row("XLA files", ", ".join(f"{name.removeprefix('xla_').replace('_', ' ')} {count}"
+                                            for name, count in xla_files.items()))
     others = [v for v in versions if not v["current"]]
     if others:
         view.add_row("Other versions", "\n".join(
             f"{v['version']}: {plural_entries(v['entries'])}, {format_size(v['bytes'])}" for v in others))
     return view
+
+
+def kinds_table(by_kind: dict[str, dict[str, float]]) -> Table:
+    """One row per kind of entry: its entries and lookups (XLA hits are derived from access times)."""
+    table = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
+    for column in ("kind", "entries", "size", "hits", "misses", "compiles", "saved"):
+        table.add_column(column, justify="left" if column == "kind" else "right", header_style="dim")
+    for kind, row in by_kind.items():
+        table.add_row(kind, str(int(row["entries"])), format_size(int(row["bytes"])), str(row["hits"]),
+                      str(row["misses"]), str(row["compiles"]), duration(row["saved_seconds"]))
+    return table
 
 
 @click.command("stats", short_help="Show entries, size, hit rate, counters and the current version.")
@@ -120,7 +135,7 @@ def stats_command(as_json: bool) -> None:
     stats = cache.stats(current) if cache is not None else Stats.from_counters(0, 0, {}, "")
     versions = version_summaries(cache, current)
     root = cache_root()
-    emit(output_mode(as_json), data=stats_json(stats, root, versions),
+    emit(output_mode(as_json), data=stats_json(stats, root, cache is not None, versions),
          human=lambda: stats_view(stats, root, cache is not None, versions))
 
 

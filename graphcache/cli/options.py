@@ -92,14 +92,7 @@ def cache_root() -> Path:
 
 def ensure_cache_dir() -> Path:
     """The cache dir, created (mode 0700) when missing: for the commands that add entries."""
-    root = cache_root()
-    try:
-        settings.make_private_dir(root)
-    except OSError as exc:
-        raise CliError(f"cannot create cache dir {str(root)!r}: {exc.strerror or exc}") from None
-    if not root.is_dir():
-        raise CliError(f"cache dir {str(root)!r} is not a directory")
-    return root
+    return settings.create_cache_dir(cache_root())  # a CacheDirError is reported like a CliError
 
 
 def has_index(root: Path) -> bool:

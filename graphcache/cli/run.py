@@ -10,6 +10,10 @@ command's (an uncaught exception: its traceback and 1, as Python does). The cach
 (created when missing), else ``$GRAPHCACHE_DIR``, else the user cache dir; the other ``GRAPHCACHE_*``
 settings apply as everywhere.
 
+Exit status, as Python's own (tests/test_adoption.py runs both side by side): a missing script 2, a
+missing module 1, ``sys.exit(n)`` n, an uncaught exception 1 after its traceback, and an uncaught
+KeyboardInterrupt ends the process by SIGINT once the exit handlers ran (a shell shows 130).
+
 ``run_command`` is a plain click command: the ``graphcache`` group (cli/app.py) adds it. TensorFlow is
 imported only when the command runs.
 """
@@ -22,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import click
+
+from .errors import ScriptInterrupted
 
 _LOOKUP_FILE = "graphcache/session/adoption.py"  # where a missing script or module is reported from
 _OWN_FILES = (_LOOKUP_FILE, "graphcache/cli/run.py", "/runpy.py", "<frozen runpy>")
@@ -50,8 +56,7 @@ def run_command(ctx: click.Context, as_module: bool, cache_dir: Path | None, acc
     if cache_dir is None:  # the group's --cache-dir (graphcache --cache-dir DIR run ...), if it has one
         cache_dir = getattr(ctx.find_root().obj, "cache_dir", None)
     if cache_dir is not None:
-        cache_dir = cache_dir.expanduser()
-        settings.make_private_dir(cache_dir)
+        cache_dir = settings.create_cache_dir(cache_dir.expanduser())  # errors name it (cli/app.py prints them)
     try:
         config = ExperimentalConfig(graph_compiler_cache_dir=cache_dir,
                                     accelerate_train_mode=accelerate_train_mode or None)
@@ -64,14 +69,14 @@ def run_command(ctx: click.Context, as_module: bool, cache_dir: Path | None, acc
     except SystemExit as exc:
         return exit_status(exc.code)
     except (FileNotFoundError, ModuleNotFoundError) as exc:
-        if _raised_here(exc):  # the script or module itself is missing, as `python` reports it (status 2)
+        if _raised_here(exc):  # the script or module itself is missing: Python says so in one line
             click.echo(f"graphcache run: {exc}", err=True)
-            return 2
+            return 1 if as_module else 2
         _print_script_traceback(exc)
         return 1
     except KeyboardInterrupt as exc:
         _print_script_traceback(exc)
-        return 130
+        raise ScriptInterrupted from None
     except BaseException as exc:
         _print_script_traceback(exc)
         return 1

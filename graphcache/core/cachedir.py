@@ -255,7 +255,8 @@ class CacheDir:
         if self.index is None:
             return Stats.from_counters(0, 0, {}, version, max_size)
         entries, size = self.index.totals()
-        return Stats.from_counters(entries, size, self.index.counters(), version, max_size)
+        return Stats.from_counters(entries, size, self.index.counters(), version, max_size,
+                                   self.index.totals_by_kind())
 
     def entries(self) -> list[IndexRow]:
         return [] if self.index is None else self.index.rows(order="last_used DESC")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import sys
 import warnings
 
 from .. import runtime
@@ -20,7 +21,7 @@ log = logging.getLogger("graphcache")
 # Errors that mean "the cache's storage failed" (the disk, the file system, the index database), as
 # opposed to a bug or a bad graph: only these are failed open.
 STORAGE_ERRORS: tuple[type[BaseException], ...] = (OSError, sqlite3.Error)
-
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def warn_once(kind: str, message: str) -> None:
@@ -32,7 +33,16 @@ def warn_once(kind: str, message: str) -> None:
             log.debug("graphcache: %s", message)
             return
         state.warned.add(kind)
-    warnings.warn(message, GraphCacheWarning, stacklevel=3)
+    warnings.warn(message, GraphCacheWarning, stacklevel=_caller_stacklevel())
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning name the first line outside graphcache that led to it (the
+    user's call), never graphcache's own source (Python 3.12's ``skip_file_prefixes``, on 3.11 too)."""
+    frame, level = sys._getframe(2), 2  # warn_once's caller
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level if frame is not None else 2
 
 
 def fail_open(kind: str, what: str, exc: BaseException, *, where: str | os.PathLike[str], strict: bool,

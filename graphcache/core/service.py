@@ -182,7 +182,7 @@ class EntryService:
 
     # -- counters and the fail-open policy -----------------------------------------------------------------
     def count(self, **deltas: float) -> None:
-        """Add to the persistent counters (stats.py); a failing index warns once and is otherwise ignored.
+        """Add to the persistent counters (counters.py); a failing index warns once and is otherwise ignored.
         While the index is busy the counts wait in memory for the next write that gets through."""
         if self.index is None or self.read_only:
             return
@@ -202,9 +202,15 @@ class EntryService:
         except STORAGE_ERRORS as exc:
             warn_once("stats", f"graphcache: could not update stats in {self.cache_dir}: {exc}")
 
+    def count_lookup(self, kind: str, **deltas: float) -> None:
+        """Count lookups of an entry kind (hits, misses, compiles, compile/saved seconds: counters.count_lookup)."""
+        from .counters import count_lookup
+
+        self.count(**count_lookup(kind, **deltas))
+
     def count_uncacheable(self, reason: str, errors: int = 0) -> None:
-        """Count a lookup the cache could not serve, by reason (stats.REASONS)."""
-        from .stats import UNCACHEABLE_PREFIX
+        """Count a lookup the cache could not serve, by reason (counters.REASONS)."""
+        from .counters import UNCACHEABLE_PREFIX
 
         self.count(**{UNCACHEABLE_PREFIX + reason: 1, "errors": errors})
 

@@ -135,6 +135,18 @@ def make_private_dir(path: Path) -> None:
             path.mkdir(parents=True, mode=0o700)
 
 
+def create_cache_dir(path: Path) -> Path:
+    """``path`` made a cache dir (created with mode 0700 when missing) for the entry points that create one
+    (install(), graphcache run, warm, import); a CacheDirError that names ``path`` when it cannot be."""
+    try:
+        make_private_dir(path)
+    except OSError as exc:  # name the dir the user gave, not the parent that was missing
+        raise CacheDirError(f"cannot create cache dir {str(path)!r}: {exc.strerror or exc}", str(path)) from None
+    if not path.is_dir():
+        raise CacheDirError(f"cache dir {str(path)!r} is not a directory", str(path))
+    return path
+
+
 def default_cache_dir() -> Path:
     """``$GRAPHCACHE_DIR``, else the user cache dir (``~/.cache/graphcache`` on Linux)."""
     from_env = os.environ.get(ENV_DIR)
@@ -214,9 +226,4 @@ def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None) -> Path:
                 f"cache dir {str(path)!r} does not exist or is not a directory: create it, or pass "
                 f"cache_dir=None to use ${ENV_DIR} or the user cache dir", str(path))
         return path
-    path = default_cache_dir()
-    try:
-        make_private_dir(path)
-    except OSError as exc:
-        raise CacheDirError(f"cannot create cache dir {str(path)!r}: {exc.strerror or exc}", str(path)) from None
-    return path
+    return create_cache_dir(default_cache_dir())

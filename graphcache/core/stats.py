@@ -1,36 +1,64 @@
-"""Persistent counters shared by every process on a cache dir (stored in the index's ``counters`` table).
-
-Uncacheable lookups are counted by reason, from this fixed set:
-
-- ``resource_ops``: the graph holds non-variable resource state (tables, iterators, queues, ...)
-- ``invalid_graph``: the input was not a usable graph or signature
-- ``lock_timeout``: the compile lock was not obtained in time; compiled without the cache
-- ``read_only``: a miss in read-only mode (compiled, not stored)
-- ``io_error``: the store failed (read, write, index); compiled without the cache
-- ``corrupt_entry``: an entry failed its checks; it was removed and recompiled
-- ``untrusted_entry``: an entry was rejected: it adds ops its source does not have (safety.py), or it is
-  unsigned or badly signed while ``GRAPHCACHE_SIGNING_KEY`` is set
-- ``disabled``: ``GRAPHCACHE_DISABLE=1``
-"""
+"""A snapshot of a cache dir's counters (core/counters.py names them): ``Stats``, with the headline over every
+kind of entry (``totals``) and the breakdown by kind (``by_kind``), as ``graphcache stats`` shows them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-REASONS = ("resource_ops", "invalid_graph", "lock_timeout", "read_only", "io_error", "corrupt_entry",
-           "untrusted_entry", "disabled", "small_graph")
-UNCACHEABLE_PREFIX = "uncacheable."
-COUNTERS = ("hits", "misses", "compiles", "compile_seconds", "saved_seconds", "bytes_written", "bytes_evicted",
-            "evictions", "errors", "index_rebuilds")
-# The remote tier (core/tier.py): ``remote_hits`` local misses served from the remote (also counted in
-# ``hits``), ``remote_errors`` failed or timed-out remote calls and remote entries that failed verification,
-# ``uploads``/``upload_bytes`` entries written through to the remote.
-REMOTE_COUNTERS = ("remote_hits", "remote_errors", "uploads", "upload_bytes")
-# XLA executables (xla/): hits are approximate (see xla/hits.py), the rest exact. ``xla_pulled``: entries fetched
-# from the remote at enable, before TensorFlow's first compile (not in ``remote_hits``, which counts lookups).
-XLA_COUNTERS = ("xla_hits", "xla_compiles", "xla_materialized", "xla_bad_files", "xla_removed", "xla_pulled")
-# TF2 functions (functions/): first calls served from the cache, and first calls TensorFlow optimized itself.
-FUNCTION_COUNTERS = ("function_hits", "function_compiles")
+from ..entry import kinds
+from .counters import (
+    FUNCTION_COUNTERS,
+    KIND_PREFIX,
+    KIND_STATS,
+    REASONS,
+    REMOTE_COUNTERS,
+    UNCACHEABLE_PREFIX,
+    XLA_COUNTERS,
+)
+
+KindStats = dict[str, float]  # one kind's figures: entries, bytes and the KIND_STATS (as stats --json shows them)
+
+
+def _no_figures() -> KindStats:
+    return {"entries": 0, "bytes": 0, **{stat: 0 for stat in KIND_STATS}}
+
+
+def kind_breakdown(counters: dict[str, float], entries_by_kind: dict[str, tuple[int, int]]) -> dict[str, KindStats]:
+    """Per kind of entry as stored (an alias kind has entries, its lookups are its target kind's): entries,
+    bytes and lookups. Counts made before the per-kind counters existed are read from the older names."""
+    breakdown: dict[str, KindStats] = {}
+    for kind, (count, size) in entries_by_kind.items():
+        row = breakdown.setdefault(kind, _no_figures())
+        row["entries"] += count
+        row["bytes"] += size
+    recorded: set[str] = set()
+    for name, value in counters.items():
+        if name.startswith(KIND_PREFIX):
+            kind, _, stat = name[len(KIND_PREFIX):].rpartition(".")
+            if kind and stat in KIND_STATS:
+                breakdown.setdefault(kind, _no_figures())[stat] += value
+                recorded.add(kind)
+    if not recorded:  # a dir whose counts all predate the per-kind counters
+        _legacy_breakdown(counters, breakdown)
+    for row in breakdown.values():
+        for stat in ("hits", "misses", "compiles"):
+            row[stat] = int(row[stat])
+    return dict(sorted(breakdown.items()))
+
+
+def _legacy_breakdown(counters: dict[str, float], breakdown: dict[str, KindStats]) -> None:
+    # SavedModel hits and TF2 functions' saved seconds were folded into the graph counters then.
+    for kind, stat, name in ((kinds.GRAPH, "hits", "hits"), (kinds.GRAPH, "misses", "misses"),
+                             (kinds.GRAPH, "compiles", "compiles"), (kinds.GRAPH, "compile_seconds", "compile_seconds"),
+                             (kinds.GRAPH, "saved_seconds", "saved_seconds"),
+                             (kinds.TF_FUNCTION, "hits", "function_hits"),
+                             (kinds.TF_FUNCTION, "misses", "function_compiles"),
+                             (kinds.TF_FUNCTION, "compiles", "function_compiles"),
+                             (kinds.XLA, "hits", "xla_hits"), (kinds.XLA, "misses", "xla_compiles"),
+                             (kinds.XLA, "compiles", "xla_compiles")):
+        if counters.get(name):
+            breakdown.setdefault(kind, _no_figures())[stat] += counters[name]
 
 
 @dataclass(frozen=True)
@@ -58,6 +86,14 @@ class Stats:
     uploads: int = 0
     upload_bytes: int = 0
     functions: dict[str, int] = field(default_factory=dict)
+    by_kind: dict[str, KindStats] = field(default_factory=dict)
+
+    @property
+    def totals(self) -> dict[str, Any]:
+        """Lookups over every kind of entry: what ``stats`` shows first."""
+        summed = {stat: sum(row[stat] for row in self.by_kind.values()) for stat in KIND_STATS}
+        lookups = summed["hits"] + summed["misses"]
+        return {**summed, "hit_rate": summed["hits"] / lookups if lookups else None}
 
     @property
     def identity(self) -> str:
@@ -71,7 +107,8 @@ class Stats:
 
     @classmethod
     def from_counters(cls, entries: int, size: int, counters: dict[str, float], version: str = "",
-                      max_size: int | None = None) -> Stats:
+                      max_size: int | None = None, entries_by_kind: dict[str, tuple[int, int]] | None = None
+                      ) -> Stats:
         uncacheable = {reason: int(counters.get(UNCACHEABLE_PREFIX + reason, 0)) for reason in REASONS}
         return cls(
             entries=entries,
@@ -91,5 +128,6 @@ class Stats:
             xla={name: int(counters.get(name, 0)) for name in XLA_COUNTERS},
             max_size=max_size,
             functions={name: int(counters.get(name, 0)) for name in FUNCTION_COUNTERS},
+            by_kind=kind_breakdown(counters, entries_by_kind or {}),
             **{name: int(counters.get(name, 0)) for name in REMOTE_COUNTERS},
         )

@@ -53,20 +53,25 @@ def active() -> FunctionCache | None:
     return runtime.state.plugins.get(NAME)
 
 
-def enable(cache: EntryService) -> FunctionCache | None:
+def enable(cache: EntryService, *, replace: bool = False) -> FunctionCache | None:
     """Cache the optimized graphs of TF2 functions' first calls in ``cache`` from now on (idempotent).
 
-    One cache per process: a second enable with another cache dir warns and keeps the first. Functions
-    whose kernel already exists (called before enable) are not affected. Returns None when not enabled
-    (a disabled cache)."""
+    One cache per process: a second enable with another cache dir warns and keeps the first, unless
+    ``replace`` (``install()`` called again), which moves this process's function calls to ``cache``.
+    Functions whose kernel already exists (called before enable) are not affected. Returns None when not
+    enabled (a disabled cache)."""
     if cache.disabled:
         return None
     with _lock:
         current = active()
-        if current is not None:
-            if current.cache.cache_dir != cache.cache_dir:
+        if current is not None and current.cache is not cache:
+            if replace:
+                current.release()
+                current = None
+            elif current.cache.cache_dir != cache.cache_dir:
                 warn_once("functions_second_enable", f"graphcache: TF2 functions are already cached in "
                                                      f"{current.cache.cache_dir}; not switching to {cache.cache_dir}")
+        if current is not None:
             return current
         current = runtime.state.plugins[NAME] = FunctionCache(cache)
         _install()

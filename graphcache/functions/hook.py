@@ -165,7 +165,7 @@ class FunctionCache:
             # a function this one calls has TensorFlow's file name too: were it instantiated while the file is
             # offered (a call that is not inlined), TensorFlow would load this graph for it
             log.info("graphcache: %s not served: a function it calls has the same TensorFlow file name", call.name)
-            self.cache.count(function_compiles=1)
+            self.cache.count_lookup(KIND, misses=1, compiles=1)
             return run()
         try:
             served = self.dir.place(file_name, optimized.tf_file_bytes(call.name, payload))
@@ -177,7 +177,7 @@ class FunctionCache:
         finally:
             self.dir.release(served)
         if served.read:
-            self.cache.count(function_hits=1, saved_seconds=header.compile_seconds)
+            self.cache.count_lookup(KIND, hits=1, saved_seconds=header.compile_seconds)
             log.info("graphcache function hit %s key=%s", call.name, header.key)
         else:  # its kernel existed already (called before graphcache was enabled), or TensorFlow changed
             log.debug("graphcache: TensorFlow did not read the cached graph of %s", call.name)
@@ -186,7 +186,7 @@ class FunctionCache:
     # -- miss ----------------------------------------------------------------------------------------------
     def _miss(self, call: keying.FunctionCall, ctx: Any, run: Any) -> Any:
         if self.cache.read_only:
-            self.cache.count(function_compiles=1)
+            self.cache.count_lookup(KIND, misses=1, compiles=1)
             self.cache.count_uncacheable("read_only")
             return run()
         ctx.enable_graph_collection()
@@ -200,7 +200,7 @@ class FunctionCache:
                 metadata = ctx.export_run_metadata()
             finally:
                 ctx.disable_graph_collection()
-        self.cache.count(function_compiles=1)
+        self.cache.count_lookup(KIND, misses=1, compiles=1, compile_seconds=seconds)
         if metadata is not None:
             if self.cache.strict:  # failures must reach the caller
                 self._store(call, metadata, seconds)

@@ -37,7 +37,7 @@ from typing import Any
 
 from .. import runtime
 from ..core import plugins
-from ..core.settings import ENV_ACCELERATE, ENV_INSTALL
+from ..core.settings import ENV_ACCELERATE, ENV_INSTALL, create_cache_dir
 
 CHILD_SITE = Path(__file__).resolve().parent / "child_site"
 
@@ -63,10 +63,11 @@ def install(cache: Any = None, *, cache_dir: str | os.PathLike[str] | None = Non
 
     ``cache``: the GraphCache they share; else one is opened with ``cache_dir`` (else
     ``experimental_config.graph_compiler_cache_dir``, else ``$GRAPHCACHE_DIR``/the user cache dir) and
-    ``settings`` (GraphCache's keyword arguments). ``experimental_config``: the adapter's settings
-    (``accelerate_train_mode`` needs a ``TellMeStepOrLossHook`` in the training loop's hooks). Calling it
-    again replaces the cache and config (sessions already made keep theirs); it never patches twice.
-    Thread-safe. Returns the GraphCache.
+    ``settings`` (GraphCache's keyword arguments); a missing cache dir is created (mode 0700), as
+    ``graphcache run`` does. ``experimental_config``: the adapter's settings (``accelerate_train_mode``
+    needs a ``TellMeStepOrLossHook`` in the training loop's hooks). Calling it again replaces the cache,
+    the config and the TF2 function caching (sessions made before keep their cache, and functions already
+    called keep their kernels); it never patches twice. Thread-safe. Returns the GraphCache.
     """
     from ..cache import GraphCache
 
@@ -76,9 +77,13 @@ def install(cache: Any = None, *, cache_dir: str | os.PathLike[str] | None = Non
         if cache is None:
             if cache_dir is None and experimental_config is not None:
                 cache_dir = experimental_config.graph_compiler_cache_dir
-            cache = GraphCache(cache_dir, functions=functions, **settings)  # enables the functions plugin
-        elif functions and not cache.disabled:
-            plugins.enable(cache, "functions")
+            if cache_dir is not None:  # as `graphcache run --cache-dir` does; errors name the dir given
+                cache_dir = create_cache_dir(Path(cache_dir).expanduser())
+            cache = GraphCache(cache_dir, functions=False, **settings)  # functions: below, replacing any
+        if functions and not cache.disabled:
+            plugins.enable(cache, "functions", replace=True)
+        else:
+            _stop_functions()
         current = runtime.state.installed
         if current is None:
             import tensorflow as tf
@@ -100,10 +105,15 @@ def uninstall() -> bool:
         if current is None:
             return False
         current.undo()
-        functions = runtime.state.plugins.get("functions")
-        if functions is not None:
-            functions.release()
+        _stop_functions()
         return True
+
+
+def _stop_functions() -> None:
+    """TF2 functions' first calls no longer go through a cache (install(functions=False), uninstall())."""
+    functions = runtime.state.plugins.get("functions")
+    if functions is not None:
+        functions.release()
 
 
 def installed() -> bool:
@@ -150,7 +160,8 @@ def run_script(path: str | os.PathLike[str], argv: list[str] | tuple[str, ...] =
     """
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"can't open file {path!r}: no such file")
+        # Python's own words (and absolute path) for a missing script
+        raise FileNotFoundError(f"can't open file {os.path.abspath(path)!r}: [Errno 2] No such file or directory")
     with _running([path, *argv], os.path.dirname(os.path.abspath(path)), children, install_args):
         runpy.run_path(path, run_name="__main__")
 
@@ -160,7 +171,7 @@ def run_module(module: str, argv: list[str] | tuple[str, ...] = (), *, children:
     """``run_script`` for ``python -m module argv...``: the module's code runs as ``__main__``."""
     with _running([module, *argv], os.getcwd(), children, install_args):
         if importlib.util.find_spec(module) is None:  # looked up as `python -m` does: the cwd first
-            raise ModuleNotFoundError(f"No module named {module!r}", name=module)
+            raise ModuleNotFoundError(f"No module named {module}", name=module)  # as `python -m` says it
         runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 

@@ -66,8 +66,8 @@ class SessionCache:
         for them would load the whole compile path (~20 ms) into a process that never needed it."""
         from ..core import settings
         from ..core.cachedir import CacheDir
+        from ..core.counters import UNCACHEABLE_PREFIX
         from ..core.failures import STORAGE_ERRORS
-        from ..core.stats import UNCACHEABLE_PREFIX
 
         root = self._cache_dir
         try:

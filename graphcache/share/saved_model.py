@@ -347,7 +347,7 @@ def _load_target(cache: GraphCache, alias: Alias, alias_header: codec.EntryHeade
         return None
     header, data = found
     # a hit, saving the graph's compile and the SavedModel load + freeze the alias skipped
-    cache.count(hits=1, saved_seconds=header.compile_seconds + alias_header.compile_seconds)
+    cache.count_lookup(kinds.SAVED_MODEL, hits=1, saved_seconds=header.compile_seconds + alias_header.compile_seconds)
     return CompiledGraph(alias.target, True, None, header.compile_seconds, header.name, alias.signature,
                          serialized=data)
 

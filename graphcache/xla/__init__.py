@@ -46,9 +46,9 @@ from typing import Any
 from .. import runtime
 from ..compile.identity import device_kind
 from ..core import exits, plugins, settings
+from ..core.counters import XLA_COUNTERS
 from ..core.failures import warn_once
 from ..core.service import EntryService
-from ..core.stats import XLA_COUNTERS
 from ..errors import CacheIOError
 from .binding import auto_clustering, bind, cpu_jit_on
 from .directory import XlaCache, XlaReport

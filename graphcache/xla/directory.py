@@ -35,6 +35,7 @@ from typing import Any
 
 import xxhash
 
+from ..core.counters import count_lookup
 from ..core.failures import STORAGE_ERRORS, warn_once
 from ..core.index.database import IndexRow
 from ..core.service import EntryService
@@ -135,7 +136,8 @@ class XlaCache:
             self.cache.failure("xla_io_error", f"writing executables into {self.directory}", exc,
                                consequence=_CONSEQUENCE, uncacheable=False)
         self.cache.count(xla_materialized=report.materialized, xla_bad_files=report.moved_aside,
-                         xla_removed=report.removed, xla_compiles=report.ingested, xla_pulled=report.pulled)
+                         xla_removed=report.removed, xla_pulled=report.pulled,
+                         **count_lookup(KIND, misses=report.ingested, compiles=report.ingested))
         if report.moved_aside:
             warn_once("xla_bad_file", f"graphcache: {report.moved_aside} XLA executable(s) in {self.directory} "
                                       f"failed their check ({', '.join(report.bad_files[:3])}); moved aside as "
@@ -262,7 +264,7 @@ class XlaCache:
             files.write_sidecar(path, digest, len(data))
             self.uses.remember(name, st)
             self.uses.settled(name)
-        self.cache.count(xla_hits=report.hits, xla_compiles=report.ingested)
+        self.cache.count(**count_lookup(KIND, hits=report.hits, misses=report.ingested, compiles=report.ingested))
         return report
 
     def _ingest(self, name: str, data: bytes, st: os.stat_result, digest: str) -> bool:

@@ -417,6 +417,11 @@ class CacheIndex:
             raise IndexCorruptError(f"the totals row holds {rows[0]!r}")
         return entries, size
 
+    def totals_by_kind(self) -> dict[str, tuple[int, int]]:
+        """kind -> (entry count, total bytes), from a scan of the rows (stats asks, rarely)."""
+        rows = self._query("SELECT kind, COUNT(*), COALESCE(SUM(size), 0) FROM entries GROUP BY kind")
+        return {kind: (count, size) for kind, count, size in rows if isinstance(kind, str)}
+
     # -- counters ------------------------------------------------------------------------------------------
     def add_counters(self, deltas: dict[str, float]) -> None:
         items = [(k, v) for k, v in deltas.items() if v]
