@@ -120,9 +120,7 @@ class GraphCache(EntryService):
             if compiled is None:
                 compiled = self._compile_single_flight(fp, source, view, options, label, fast)
             elif fast is not None and not self.read_only:  # found by its canonical key: later processes by
-                held = threading.Lock()                    # the fast one (written off the caller's path)
-                held.acquire()
-                self.start_write(self._write_alias, fast, fp.key, label, lock=held)
+                self.start_write(self._write_alias, fast, fp.key, label)  # the fast one (off the caller's path)
         log.info("graphcache %s %s key=%s %.3fs", "hit" if compiled.hit else "miss", label, compiled.key,
                  time.perf_counter() - start)
         return compiled

@@ -458,10 +458,10 @@ class EntryService:
         except STORAGE_ERRORS as exc:
             warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
 
-    def start_write(self, func: Callable[..., Any], *args: Any, lock: Any, gate: threading.Event | None = None,
-                    grace: float = 0.0) -> None:
+    def start_write(self, func: Callable[..., Any], *args: Any, lock: Any = None,
+                    gate: threading.Event | None = None, grace: float = 0.0) -> None:
         """Run ``func(*args)`` (an entry write) in the background once ``gate`` is set or ``grace`` seconds
-        have passed, then release ``lock`` (background.py)."""
+        have passed, then release ``lock``, if one is handed over (background.py)."""
         self._writes.start(func, *args, lock=lock, gate=gate, grace=grace)
 
     @property
