@@ -15,7 +15,7 @@ An HTML comment on the line just above a block (invisible where the page is rend
 - ``<!-- not run: REASON -->``: the block is only shown (a GPU, a real bucket); the test counts and reports it;
 - ``<!-- file: NAME -->``: the block is written to NAME in the page's dir (a script a later command runs).
 
-A page says what its examples need once, anywhere: ``<!-- docs-test: needs model.pb savedmodel s3 -->``
+A page says what its examples need once, on a line of its own: ``<!-- docs-test: needs model.pb savedmodel s3 -->``
 (``NEEDS`` below). tests/test_docs.py prepares those in a fresh temp dir and runs
 ``python tests/docs_runner.py PAGE REPORT`` there, one process per page, ``GRAPHCACHE_DIR`` a fresh cache
 dir; this module runs the blocks and writes one JSON line per block to REPORT, stopping at the first failure
@@ -57,7 +57,7 @@ COMMAND_TIMEOUT = 180.0
 
 _FENCE = re.compile(r"^```([\w+-]*)\s*$")
 _DIRECTIVE = re.compile(r"^<!--\s*(not run|file):\s*(.*?)\s*-->\s*$")
-_NEEDS = re.compile(r"<!--\s*docs-test:\s*needs\s+(.*?)\s*-->")
+_NEEDS = re.compile(r"^<!--[ \t]*docs-test:[ \t]*needs[ \t]+(.*?)[ \t]*-->[ \t]*$", re.M)  # on a line of its own
 _EXITS = re.compile(r"#.*\bexits (\d+)\b")
 
 

@@ -2,7 +2,7 @@
 
 One test per page runs its blocks in a fresh process, in a fresh temp dir, with ``GRAPHCACHE_DIR`` a fresh
 cache dir and what the page declares it needs (``docs_runner.NEEDS``): a failure names the page and the
-line. The other tests need no TensorFlow: the README's length, links and anchors between pages, every
+line. The selected pages start together, two at a time (``JOBS``), longest first; each test waits for its own. The other tests need no TensorFlow: the README's length, links and anchors between pages, every
 page in the index, every setting and command documented, and the tables quoted from
 benchmarks/RESULTS.md still being its words.
 """
@@ -15,6 +15,9 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -29,6 +32,7 @@ README_MAX_LINES = 250
 PAGE_TIMEOUT = 600
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 BUCKET = "my-bucket"  # the name the examples use; each page that needs s3 gets its own server
+JOBS = min(2, os.cpu_count() or 1)  # pages at a time
 
 TALLY: dict[str, dict] = {}
 
@@ -48,8 +52,8 @@ def shared_files(tmp_path_factory) -> Path:
     return directory
 
 
-def page_env(tmp_path: Path) -> dict[str, str]:
-    env = {name: value for name, value in os.environ.items()
+def page_env(tmp_path: Path, base: dict[str, str]) -> dict[str, str]:
+    env = {name: value for name, value in base.items()
            if not name.startswith(("GRAPHCACHE_", "FSSPEC_S3")) and name not in FOREIGN_SETTINGS}
     cache_dir = tmp_path / "cache"
     cache_dir.mkdir()
@@ -61,27 +65,20 @@ def page_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def tally(page: docs_runner.Page, rows: list[dict]) -> None:
-    TALLY[page.name] = {
-        "python": sum(row["kind"] == "python" for row in rows),
-        "commands": sum(row.get("commands", 0) for row in rows),
-        "not run": [f"{page.name}:{row['line']} ({row['reason']})" for row in rows if row["kind"] == "not run"],
-        "seconds": sum(row["seconds"] for row in rows),
-    }
-    not_run = [item for entry in TALLY.values() for item in entry["not run"]]
-    record("docs examples", (
-        f"{sum(e['python'] for e in TALLY.values())} python blocks and "
-        f"{sum(e['commands'] for e in TALLY.values())} shell commands run on {len(TALLY)} pages in "
-        f"{sum(e['seconds'] for e in TALLY.values()):.0f} s; {len(not_run)} blocks not run"
-        + (f": {'; '.join(not_run)}" if not_run else "")))
+@dataclass(frozen=True)
+class PageRun:
+    page: docs_runner.Page
+    rows: list[dict]
+    returncode: int
+    stderr: str
 
 
-@pytest.mark.parametrize("path", PAGES, ids=page_id)
-def test_examples_run(path: Path, tmp_path: Path, shared_files: Path) -> None:
+def run_page(path: Path, tmp_path: Path, shared_files: Path, base_env: dict[str, str]) -> PageRun:
+    """One page's examples in a fresh process (docs_runner.py), in a fresh dir with what the page needs."""
     page = docs_runner.parse(path)
     work = tmp_path / "work"
     work.mkdir()
-    env = page_env(tmp_path)
+    env = page_env(tmp_path, base_env)
     for need in sorted(page.needs - {"s3"}):
         source = shared_files / need
         (shutil.copytree if source.is_dir() else shutil.copy)(source, work / need)
@@ -100,12 +97,54 @@ def test_examples_run(path: Path, tmp_path: Path, shared_files: Path) -> None:
         if server:
             server.stop()
     rows = [json.loads(line) for line in report.read_text().splitlines()] if report.exists() else []
-    tally(page, rows)
-    failed = [row for row in rows if row["error"]]
+    return PageRun(page, rows, proc.returncode, proc.stderr)
+
+
+def expected_cost(path: Path) -> int:
+    """Processes that import TensorFlow, roughly: most of a page's time, so the longest pages start first."""
+    page = docs_runner.parse(path)
+    heavy = sum(bool(re.match(r"(graphcache (warm|run|explain)|python) ", command))
+                for block in page.blocks if block.kind == "console" for _, command, _ in docs_runner.commands(block))
+    return heavy + any(block.kind == "python" for block in page.blocks) + ("s3" in page.needs)
+
+
+@pytest.fixture(scope="session")
+def page_runs(request, tmp_path_factory, shared_files) -> Iterator[dict[Path, Future]]:
+    """Every selected page, JOBS at a time (most of a page is TensorFlow's import, one core's work)."""
+    selected = [item.callspec.params["path"] for item in request.session.items
+                if getattr(item, "originalname", "") == "test_examples_run"]
+    base_env = dict(os.environ)  # read here: the tests running meanwhile change os.environ (conftest.py)
+    pool = ThreadPoolExecutor(JOBS)
+    futures = {path: pool.submit(run_page, path, tmp_path_factory.mktemp("docs-page"), shared_files, base_env)
+               for path in sorted(selected, key=expected_cost, reverse=True)}
+    yield futures
+    pool.shutdown(cancel_futures=True)
+
+
+def tally(page: docs_runner.Page, rows: list[dict]) -> None:
+    TALLY[page.name] = {
+        "python": sum(row["kind"] == "python" for row in rows),
+        "commands": sum(row.get("commands", 0) for row in rows),
+        "not run": [f"{page.name}:{row['line']} ({row['reason']})" for row in rows if row["kind"] == "not run"],
+        "seconds": sum(row["seconds"] for row in rows),
+    }
+    not_run = [item for entry in TALLY.values() for item in entry["not run"]]
+    record("docs examples", (
+        f"{sum(e['python'] for e in TALLY.values())} python blocks and "
+        f"{sum(e['commands'] for e in TALLY.values())} shell commands run on {len(TALLY)} pages "
+        f"({sum(e['seconds'] for e in TALLY.values()):.0f} s of page time, {JOBS} at a time); "
+        f"{len(not_run)} blocks not run" + (f": {'; '.join(not_run)}" if not_run else "")))
+
+
+@pytest.mark.parametrize("path", PAGES, ids=page_id)
+def test_examples_run(path: Path, page_runs: dict[Path, Future]) -> None:
+    run = page_runs[path].result(timeout=PAGE_TIMEOUT * 2)
+    tally(run.page, run.rows)
+    failed = [row for row in run.rows if row["error"]]
     if failed:
-        pytest.fail(f"{page.name}:{failed[0]['line']}: the example fails\n{failed[0]['error']}", pytrace=False)
-    assert proc.returncode == 0, f"{page.name}: the runner failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
-    assert len(rows) == len(page.blocks)
+        pytest.fail(f"{run.page.name}:{failed[0]['line']}: the example fails\n{failed[0]['error']}", pytrace=False)
+    assert run.returncode == 0, f"{run.page.name}: the runner failed ({run.returncode}):\n{run.stderr[-4000:]}"
+    assert len(run.rows) == len(run.page.blocks)
 
 
 # -- the pages hold together ----------------------------------------------------------------------------------------
