@@ -159,6 +159,11 @@ class RemoteStore(Store):
     def __repr__(self) -> str:
         return f"RemoteStore({self.url!r}, version={self.version!r})"
 
+    def for_version(self, version: str) -> RemoteStore:
+        """The same remote and options, bound to another compiler version."""
+        return RemoteStore(self.url, version=version, options=self.options, timeout=self.timeout,
+                           read_only=self.read_only)
+
     # -- the file system -----------------------------------------------------------------------------------
     @property
     def protocol(self) -> str:
