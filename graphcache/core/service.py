@@ -331,7 +331,7 @@ class EntryService:
         try:
             return check(data, key, signing_key=self.signing_key)
         except CorruptEntryError as exc:  # untrusted entries included
-            self.tier.remember_miss(key)
+            self.tier.remember_miss(key, corrupt=True)
             self.count(remote_errors=1)
             warn_once("remote_corrupt", f"graphcache: remote entry {key} in {self.tier.name} is corrupt ({exc}); "
                                         "ignored it and compiling locally")

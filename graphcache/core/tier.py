@@ -81,6 +81,7 @@ class RemoteTier:
         self._on_failure = on_failure
         self._on_upload = on_upload
         self._missed: dict[str, float] = {}  # key -> monotonic time of its remote miss
+        self._corrupt: set[str] = set()  # those of them that were there but failed their checks
         self._missed_lock = threading.Lock()
         self._cond = threading.Condition()
         self._queue: deque[tuple[str, bytes, str | None]] = deque()
@@ -124,18 +125,25 @@ class RemoteTier:
             self.remember_miss(key)
         return data
 
-    def remember_miss(self, key: str) -> None:
+    def remember_miss(self, key: str, corrupt: bool = False) -> None:
         """Treat ``key`` as missing for MISS_TTL seconds (a miss, or an object that failed its checks)."""
         now = time.monotonic()
         with self._missed_lock:
             if len(self._missed) >= 1024:
                 self._missed = {k: t for k, t in self._missed.items() if now - t < MISS_TTL}
+                self._corrupt &= self._missed.keys()
             self._missed[key] = now
+            if corrupt:
+                self._corrupt.add(key)
+            else:
+                self._corrupt.discard(key)
 
     def forget_miss(self, key: str) -> None:
-        """Ask the remote again at the next lookup of ``key`` (another machine may have published it since)."""
+        """Ask the remote again at the next lookup of ``key`` (another machine may have published it since);
+        an object that failed its checks stays skipped (it would only fail, and count, again)."""
         with self._missed_lock:
-            self._missed.pop(key, None)
+            if key not in self._corrupt:
+                self._missed.pop(key, None)
 
     def _missed_recently(self, key: str) -> bool:
         with self._missed_lock:

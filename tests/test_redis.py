@@ -1,0 +1,320 @@
+"""The Redis remote and one compile per fleet, against a real redis-server on loopback (tests/redisserver.py).
+
+Machines are processes with their own cache dirs, released together through a barrier file; the compiler is
+Grappler itself with a pause the test sets (``Paced``: same name and options, so the same keys), which keeps
+a compile inside its lease long enough to be waited on, hedged or killed. Nothing is mocked: the code under
+test talks to redis-server over TCP. Outputs are compared with plain TensorFlow's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from graphcache import GraphCache, GraphCacheWarning, cli
+from graphcache.entry import codec
+from graphcache.store import RedisStore, open_remote
+from graphcache.store.redis import RedisUnavailable
+from graphcache.store.urls import redact
+
+from .helpers import ROOT, record
+from .redisserver import RedisServer, redis_server_binary
+
+pytestmark = pytest.mark.skipif(redis_server_binary() is None, reason="redis-server is not installed on this "
+                                "machine (apt-get install redis-server; .ci/run installs it when missing)")
+PASSWORD = "hunter2-Zq8v"  # a string that appears nowhere else, so a leak is found by searching for it
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = RedisServer()
+    yield srv
+    srv.close()
+
+
+@pytest.fixture
+def redis_url(server):
+    """A clean server for each test (FLUSHALL through a client of the test's own)."""
+    server.client().flushall()
+    return server.url
+
+
+def machine(tmp_path: Path, name: str, **kwargs) -> GraphCache:
+    root = tmp_path / name
+    root.mkdir(exist_ok=True)
+    kwargs.setdefault("remote_timeout", 5)
+    return GraphCache(root, **kwargs)
+
+
+def entry_bytes(key: str, version: str, payload: bytes = b"x" * 1000) -> bytes:
+    return codec.encode(codec.EntryHeader(key=key, version=version, identity={}, name=key[:6]), payload)
+
+
+def plain_output(model, seed: int = 0) -> np.ndarray:
+    """What plain TensorFlow computes: the frozen graph imported and run as it is, no graphcache."""
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.import_graph_def(model.graph_def, name="")
+    with tf.compat.v1.Session(graph=graph) as sess:
+        return sess.run(model.fetches[0], {model.feeds[0]: model.example_input(seed)})
+
+
+def run_model(compiled, model, seed: int = 0) -> np.ndarray:
+    with compiled.session() as sess:
+        return sess.run(model.fetches[0], {model.feeds[0]: model.example_input(seed)})
+
+
+def graph_warnings(record_) -> list[str]:
+    return [str(w.message) for w in record_ if issubclass(w.category, GraphCacheWarning)]
+
+
+# -- the store contract ------------------------------------------------------------------------------------------
+def test_entries_go_up_in_chunks_and_come_back_whole(server, redis_url):
+    store = RedisStore(redis_url, version="tf0-a", options={"chunk_bytes": 4096})
+    key, other = "ab" * 16, "cd" * 16
+    data = entry_bytes(key, "tf0-a", payload=np.random.default_rng(0).bytes(20_000))
+    assert store.read(key) is None and store.stat(key) is None
+    store.write(key, data)
+    assert store.read(key) == data
+    names = sorted(n.decode() for n in server.client().keys("*"))
+    chunks = [n for n in names if ":c:" in n]
+    assert len(chunks) == -(-len(data) // 4096) and f"graphcache:v1:tf0-a:e:{key}" in names
+    assert all(server.client().ttl(n) == -1 for n in chunks)  # published chunks are permanent
+    assert store.stat(key).size == len(data)
+    store.write(key, data[:5000])  # an overwrite publishes the new chunks and frees the old ones
+    assert store.read(key) == data[:5000]
+    assert len([n for n in server.client().keys("*") if b":c:" in n]) == 2
+    store.write(other, b"small")
+    store.mark("0123456789ab", key)
+    assert store.marked("0123456789ab") == [key] and store.marked("ba9876543210") == []
+    assert sorted((f.key, f.version, f.size) for f in store.scan()) == [(key, "tf0-a", 5000), (other, "tf0-a", 5)]
+    assert store.for_version("tf0-b").read(key) is None  # versions are prefixes of their own
+    assert store.delete(key) == 5000 and store.delete(key) == 0 and store.read(key) is None
+    assert [n for n in server.client().keys("*") if key.encode() in n and b":g:" not in n] == []
+    assert store.remove_versions({"tf0-a"}) == (1, 5) and server.client().keys("*") == []
+    with pytest.raises(Exception, match="read-only"):
+        RedisStore(redis_url, version="v", read_only=True).write(key, b"")
+
+
+def test_leases_are_taken_once_and_freed_only_by_their_holder(redis_url):
+    store = RedisStore(redis_url, version="tf0-a")
+    key = "ef" * 16
+    assert store.acquire_lease(key, "me", 5)
+    assert not store.acquire_lease(key, "you", 5) and store.lease_holder(key) == "me"
+    assert store.acquire_lease(key, "you", 5, hedge=True)  # the hedge is a second, separate lease
+    assert not store.renew_lease(key, "you", 5) and not store.release_lease(key, "you")
+    assert store.renew_lease(key, "me", 5) and store.release_lease(key, "me") and store.lease_holder(key) is None
+    assert store.acquire_lease(key, "brief", 0.2)
+    time.sleep(0.4)  # a holder that stops renewing loses the lease when its time to live runs out
+    assert store.acquire_lease(key, "next", 5)
+
+
+WRITER = '''
+import sys, numpy as np
+from graphcache.store.redis import RedisStore
+store = RedisStore(sys.argv[1], version="tf0-kill", options={"chunk_bytes": 2**20})
+data = np.random.default_rng(1).bytes(96 * 2**20)
+print("writing", flush=True)
+store.write("ab" * 16, data)
+print("done", flush=True)
+'''
+
+
+def test_a_writer_killed_mid_transfer_publishes_nothing_partial(server, redis_url):
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, redis_url], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+    try:
+        assert proc.stdout.readline().strip() == "writing"
+        time.sleep(0.4)  # inside the transfer on this machine (either outcome below is checked)
+        proc.kill()
+        proc.wait(10)
+    finally:
+        proc.kill()
+        proc.stdout.close()
+    client = server.client()
+    store = RedisStore(redis_url, version="tf0-kill")
+    found = store.read("ab" * 16)
+    chunks = [n for n in client.keys("*") if b":c:" in n]
+    if found is None:  # killed before publishing: no manifest, and every chunk it left expires
+        assert client.keys("*:e:*") == [] and all(0 < client.ttl(n) <= 600 for n in chunks)
+    else:  # it got through: then the entry is whole
+        assert len(found) == 96 * 2**20 and all(client.ttl(n) == -1 for n in chunks)
+    record("redis writer killed mid-transfer", f"{'published whole' if found else 'nothing published'}, "
+                                               f"{len(chunks)} chunk(s) left (expiring: {found is None})")
+
+
+# -- machines sharing a Redis ----------------------------------------------------------------------------------------
+def test_second_machine_hits_from_redis_and_every_read_is_verified(server, redis_url, tmp_path, cnn):
+    a = machine(tmp_path, "a", remote=redis_url)
+    compiled = a.compile(cnn.graph_def, cnn.fetches, cnn.feeds)
+    assert not compiled.hit and a.flush(timeout=30)
+    assert a.remote.read(compiled.key) == a.store.read(compiled.key)  # the same bytes as the local entry
+    assert [n for n in server.client().keys("*") if b":l:" in n or b":h:" in n] == []  # the lease was released
+    b = machine(tmp_path, "b", remote=redis_url)
+    hit = b.compile(cnn.graph_def, cnn.fetches, cnn.feeds)
+    assert hit.hit and (b.stats().remote_hits, b.stats().compiles) == (1, 0)
+    np.testing.assert_allclose(run_model(hit, cnn), plain_output(cnn), rtol=1e-5, atol=1e-6)
+
+    client = server.client()  # one flipped byte in the stored chunk: the entry service refuses it
+    (chunk,) = [n for n in client.keys("*") if b":c:" in n]
+    raw = bytearray(client.get(chunk))
+    raw[-1] ^= 0xFF
+    client.set(chunk, bytes(raw))
+    c = machine(tmp_path, "c", remote=redis_url)
+    with pytest.warns(GraphCacheWarning, match="corrupt"):
+        again = c.compile(cnn.graph_def, cnn.fetches, cnn.feeds)
+    assert not again.hit and (c.stats().remote_errors, c.stats().remote_hits, c.stats().compiles) == (1, 0, 1)
+    assert c.verify() == []  # its own compile is stored, not the bad bytes
+    assert c.flush(timeout=30) and codec.decode(c.remote.read(again.key), again.key)  # and replaced them
+
+
+def test_cli_lists_and_purges_a_redis_remote(redis_url, tmp_path, mlp):
+    a = machine(tmp_path, "a", remote=redis_url)
+    key = a.compile(mlp.graph_def, mlp.fetches, mlp.feeds).key
+    assert a.flush(timeout=30)
+    env = {"GRAPHCACHE_REMOTE": redis_url}
+    listed = CliRunner().invoke(cli.cli, ["ls", "--remote", "--json", "--cache-dir", str(a.cache_dir)], env=env)
+    assert listed.exit_code == 0, listed.output
+    assert [(e["key"], e["current"]) for e in json.loads(listed.stdout)] == [(key, True)]
+    purged = CliRunner().invoke(cli.cli, ["purge", "--remote", "--all", "--yes", "--cache-dir", str(a.cache_dir)],
+                                env=env)
+    assert purged.exit_code == 0, purged.output
+    assert list(a.remote.scan()) == []
+
+
+# -- faults: stopped, restarted empty, out of memory -----------------------------------------------------------------
+def test_redis_restarted_empty_then_stopped(tmp_path, mlp, cnn):
+    srv = RedisServer()
+    try:
+        a = machine(tmp_path, "a", remote=srv.url, remote_timeout=2, remote_retry_after=60)
+        first = a.compile(mlp.graph_def, mlp.fetches, mlp.feeds)
+        assert a.flush(timeout=30) and a.stats().uploads == 1
+        srv.restart()  # back, empty: the dropped connection is retried once, so nothing even warns
+        with warnings.catch_warnings(record=True) as record_:
+            warnings.simplefilter("always")
+            assert a.compile(mlp.graph_def, mlp.fetches, mlp.feeds).hit  # a local hit
+            other = a.compile(cnn.graph_def, cnn.fetches, cnn.feeds)  # a miss, uploaded to the new server
+            assert a.flush(timeout=30)
+        assert graph_warnings(record_) == [] and a.remote.read(other.key) is not None
+        assert a.remote.read(first.key) is None  # what the old server held is gone
+
+        srv.stop()
+        with warnings.catch_warnings(record=True) as record_:
+            warnings.simplefilter("always")
+            start = time.monotonic()
+            b = machine(tmp_path, "b", remote=srv.url, remote_timeout=2)
+            compiled = b.compile(mlp.graph_def, mlp.fetches, mlp.feeds)
+            seconds = time.monotonic() - start
+            assert b.flush(timeout=5)
+        texts = graph_warnings(record_)
+        assert len(texts) == 1 and "Connection refused" in texts[0], texts
+        assert not compiled.hit and seconds < 10 and b.stats().remote_errors == 1
+        np.testing.assert_allclose(run_model(compiled, mlp), plain_output(mlp), rtol=1e-5, atol=1e-6)
+        assert b.compile(mlp.graph_def, mlp.fetches, mlp.feeds).hit  # the local cache works all along
+    finally:
+        srv.close()
+
+
+def test_redis_out_of_memory_fails_open(tmp_path, mlp):
+    srv = RedisServer(maxmemory="100mb")
+    try:
+        client = srv.client()
+        for i in range(8):
+            client.set(f"junk{i}", b"j" * 2**20)
+        client.config_set("maxmemory", "2mb")  # now over its limit: with noeviction, every write is refused
+        with pytest.raises(Exception, match="maxmemory"):
+            client.set("one-more", b"j")
+        with warnings.catch_warnings(record=True) as record_:
+            warnings.simplefilter("always")
+            cache = machine(tmp_path, "a", remote=srv.url)
+            compiled = cache.compile(mlp.graph_def, mlp.fetches, mlp.feeds)
+            assert cache.flush(timeout=10)
+        texts = graph_warnings(record_)
+        assert len(texts) == 1 and "OutOfMemoryError" in texts[0], texts
+        assert not compiled.hit and cache.stats().remote_errors == 1 and cache.stats().uploads == 0
+        assert cache.store.read(compiled.key) is not None  # stored locally all the same
+        np.testing.assert_allclose(run_model(compiled, mlp), plain_output(mlp), rtol=1e-5, atol=1e-6)
+    finally:
+        srv.close()
+
+
+def test_credentials_work_and_never_show(tmp_path, monkeypatch, caplog, mlp):
+    srv = RedisServer(password=PASSWORD)
+    try:
+        caplog.set_level(logging.INFO, logger="graphcache")
+        with warnings.catch_warnings(record=True) as record_:
+            warnings.simplefilter("always")
+            a = machine(tmp_path, "a", remote=srv.url)  # the password in the URL
+            key = a.compile(mlp.graph_def, mlp.fetches, mlp.feeds).key
+            assert a.flush(timeout=30) and a.stats().uploads == 1
+            monkeypatch.setenv("GRAPHCACHE_REDIS_PASSWORD", PASSWORD)  # or from the environment
+            b = machine(tmp_path, "b", remote=srv.bare_url)
+            assert b.compile(mlp.graph_def, mlp.fetches, mlp.feeds).hit and b.stats().remote_hits == 1
+            monkeypatch.setenv("GRAPHCACHE_REDIS_PASSWORD", "not-" + PASSWORD)  # a wrong one: one warning
+            c = machine(tmp_path, "c", remote=srv.bare_url)
+            assert not c.compile(mlp.graph_def, mlp.fetches, mlp.feeds).hit
+        texts = graph_warnings(record_)
+        assert len(texts) == 1 and "AuthenticationError" in texts[0], texts
+        runner = CliRunner()
+        shown = [runner.invoke(cli.cli, [*args, "--cache-dir", str(a.cache_dir)],
+                               env={"GRAPHCACHE_REMOTE": srv.url}) for args in (["stats"], ["stats", "--json"],
+                                                                                 ["ls", "--remote", "--json"])]
+        assert all(r.exit_code == 0 for r in shown), [r.output for r in shown]
+        assert json.loads(shown[1].stdout)["remote"] == f"redis://:***@{srv.address}/0"
+        assert key in shown[2].stdout
+        everything = [*texts, caplog.text, *(r.output for r in shown), repr(a.settings), repr(a.remote),
+                      a.tier.name, repr(c.settings)]
+        assert "graphcache: uploaded" in caplog.text and "fetched" in caplog.text  # INFO logs name the remote
+        assert not [text for text in everything if PASSWORD in text]
+        assert redact(f"rediss://user:{PASSWORD}@h:1/0?password={PASSWORD}") == "rediss://user:***@h:1/0?password=***"
+    finally:
+        srv.close()
+
+
+MISSING_PACKAGES = '''
+import json, sys, warnings
+sys.modules["redis"] = None  # as if graphcache[redis] / graphcache[s3] were not installed
+sys.modules["s3fs"] = None
+import graphcache
+from graphcache import runtime
+texts = []
+for url in ("redis://127.0.0.1:1/0", "s3://bucket/prefix"):
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        runtime.reset()
+        cache = graphcache.GraphCache({cache_dir!r}, remote=url)
+        cache.read_entry("0" * 32)
+        cache.read_entry("1" * 32)
+    texts.append([str(w.message) for w in record])
+print(json.dumps(texts))
+'''
+
+
+def test_a_missing_client_package_is_one_clear_warning(tmp_path):
+    from .helpers import run_python
+
+    texts = run_python(MISSING_PACKAGES.format(cache_dir=str(tmp_path)), env={"AWS_EC2_METADATA_DISABLED": "true"})
+    (redis_warning,), (s3_warning,) = texts
+    assert "pip install graphcache[redis]" in redis_warning, redis_warning
+    assert "pip install graphcache[s3]" in s3_warning, s3_warning
+
+
+def test_urls_open_their_store():
+    assert isinstance(open_remote("rediss://h:1/0"), RedisStore)
+    assert type(open_remote("s3://bucket/x")).__name__ == "RemoteStore"
+    with pytest.raises(RedisUnavailable):  # redis-py's errors are OSErrors: the tier fails open on them
+        RedisStore("redis://127.0.0.1:1/0", version="v", timeout=1).read("ab" * 16)
+    with pytest.raises(ValueError, match="coordinator"):
+        GraphCache(remote="file:///tmp/x", coordinator="s3://bucket")
