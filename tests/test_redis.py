@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -318,3 +319,193 @@ def test_urls_open_their_store():
         RedisStore("redis://127.0.0.1:1/0", version="v", timeout=1).read("ab" * 16)
     with pytest.raises(ValueError, match="coordinator"):
         GraphCache(remote="file:///tmp/x", coordinator="s3://bucket")
+
+
+# -- one compile per fleet: machines as processes ---------------------------------------------------------------------
+FLEET_CHILD = r'''
+import json, os, pathlib, time
+import tensorflow as tf
+import graphcache
+from graphcache.compile.compilers import GrapplerCompiler
+from benchmarks import models
+
+
+class Paced(GrapplerCompiler):
+    """Grappler itself (same name and options: the same keys), pausing TEST_COMPILE_PAUSE seconds inside the
+    compile, after writing its pid to TEST_COMPILING: a compile held long enough to be waited on or killed."""
+
+    def compile_serialized(self, *args, **kwargs):
+        if os.environ.get("TEST_COMPILING"):
+            pathlib.Path(os.environ["TEST_COMPILING"]).write_text(str(os.getpid()))
+        time.sleep(float(os.environ.get("TEST_COMPILE_PAUSE", "0")))
+        return super().compile_serialized(*args, **kwargs)
+
+
+model = models.freeze_keras(os.environ.get("TEST_MODEL", "cnn"))
+cache = graphcache.GraphCache(os.environ["TEST_CACHE_DIR"], compiler=Paced())
+if os.environ.get("TEST_GO"):  # the barrier: every machine starts its lookup at the same moment
+    pathlib.Path(os.environ["TEST_READY"]).touch()
+    while not os.path.exists(os.environ["TEST_GO"]):
+        time.sleep(0.002)
+start = time.monotonic()
+compiled = cache.compile(model.graph_def, model.fetches, model.feeds)
+with compiled.session() as sess:
+    out = sess.run(model.fetches[0], {model.feeds[0]: model.example_input(0)})
+seconds = time.monotonic() - start
+assert cache.flush(60)
+s = cache.stats()
+print(json.dumps({"pid": os.getpid(), "key": compiled.key, "hit": compiled.hit, "compiles": s.compiles,
+                  "remote_hits": s.remote_hits, "remote_errors": s.remote_errors, "uploads": s.uploads,
+                  "seconds": seconds, "out": out.tolist()}))
+'''
+
+
+class Machines:
+    """Child processes, each a machine with its own cache dir; all reaped at the end, whatever happens."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str, env: dict[str, str]) -> subprocess.Popen:
+        root = self.tmp_path / name
+        root.mkdir()
+        full = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT), "TEST_CACHE_DIR": str(root),
+                "TEST_READY": str(self.tmp_path / f"ready-{name}"), **env}
+        self.procs[name] = subprocess.Popen([sys.executable, "-c", FLEET_CHILD], stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE, text=True, env=full, cwd=ROOT)
+        return self.procs[name]
+
+    def wait_ready(self, names, timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        while not all((self.tmp_path / f"ready-{name}").exists() for name in names):
+            assert time.monotonic() < deadline, "machines did not get ready"
+            for name in names:
+                assert self.procs[name].poll() is None, self.procs[name].communicate()[1][-3000:]
+            time.sleep(0.05)
+
+    def result(self, name: str, timeout: float = 120) -> dict:
+        out, err = self.procs[name].communicate(timeout=timeout)
+        assert self.procs[name].returncode == 0, err[-4000:]
+        found = json.loads(out.strip().splitlines()[-1])
+        found["warnings"] = err.count("GraphCacheWarning")
+        return found
+
+    def wait_for(self, path: Path, timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        while not path.exists():
+            assert time.monotonic() < deadline, f"{path.name} never appeared"
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+
+
+@pytest.fixture
+def machines(tmp_path):
+    found = Machines(tmp_path)
+    yield found
+    found.close()
+
+
+def release_together(machines: Machines, names, env: dict[str, str]) -> float:
+    """Start ``names`` behind one barrier file, release them together; the monotonic time of the release."""
+    go = machines.tmp_path / "go"
+    for name in names:
+        machines.start(name, {**env, "TEST_GO": str(go)})
+    machines.wait_ready(names)
+    go.touch()
+    return time.monotonic()
+
+
+FLEET = 4
+
+
+def test_a_cold_fleet_compiles_once(machines, redis_url, cnn):
+    names = [f"m{i}" for i in range(FLEET)]
+    released = release_together(machines, names, {"GRAPHCACHE_REMOTE": redis_url, "TEST_COMPILE_PAUSE": "1"})
+    results = [machines.result(name) for name in names]
+    wall = time.monotonic() - released
+    assert len({r["key"] for r in results}) == 1
+    assert sum(r["compiles"] for r in results) == 1, results  # one compile in the whole fleet
+    assert sorted(r["hit"] for r in results) == [False] + [True] * (FLEET - 1)
+    assert all(r["remote_hits"] == 1 for r in results if r["hit"]) and not any(r["warnings"] for r in results)
+    plain = plain_output(cnn)
+    for r in results:
+        np.testing.assert_allclose(np.array(r["out"]), plain, rtol=1e-5, atol=1e-6)
+    record("redis fleet, one cold graph", f"{FLEET} processes released together: "
+           f"{sum(r['compiles'] for r in results)} compile; first result "
+           f"{min(r['seconds'] for r in results):.2f}s, last {max(r['seconds'] for r in results):.2f}s "
+           f"(compile paused 1 s), {wall:.1f}s to all exited")
+
+
+def test_a_holder_killed_mid_compile_hands_over_to_a_waiter(machines, redis_url, server, tmp_path, cnn):
+    compiling = tmp_path / "compiling"
+    env = {"GRAPHCACHE_REMOTE": redis_url}
+    holder = machines.start("holder", {**env, "TEST_COMPILE_PAUSE": "600", "TEST_COMPILING": str(compiling)})
+    waiter_go = tmp_path / "go"
+    machines.start("waiter", {**env, "TEST_GO": str(waiter_go)})
+    machines.wait_ready(["waiter"])
+    machines.wait_for(compiling)  # the holder is inside its compile, holding the lease
+    (lease,) = [n for n in server.client().keys("*") if b":l:" in n]
+    assert f":{holder.pid}:".encode() in server.client().get(lease)
+    waiter_go.touch()
+    time.sleep(2)  # the waiter finds the lease taken and waits
+    holder.send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    result = machines.result("waiter", timeout=90)
+    after_kill = time.monotonic() - killed
+    assert not result["hit"] and result["compiles"] == 1 and result["seconds"] >= 2  # it waited, then took over
+    assert after_kill < 60, after_kill
+    np.testing.assert_allclose(np.array(result["out"]), plain_output(cnn), rtol=1e-5, atol=1e-6)
+    assert [n for n in server.client().keys("*") if b":l:" in n] == []
+    record("redis holder SIGKILLed mid-compile", f"the waiter took over and finished {after_kill:.1f}s after the "
+                                                 f"kill (lease time to live 6 s)")
+
+
+def test_a_slow_holder_lets_one_waiter_compile_too(machines, redis_url, tmp_path, cnn):
+    compiling = tmp_path / "compiling"
+    env = {"GRAPHCACHE_REMOTE": redis_url, "GRAPHCACHE_FLEET_HEDGE": "2"}
+    machines.start("slow", {**env, "TEST_COMPILE_PAUSE": "600", "TEST_COMPILING": str(compiling)})
+    go = tmp_path / "go"
+    names = ["w1", "w2", "w3"]
+    for name in names:
+        machines.start(name, {**env, "TEST_GO": str(go)})
+    machines.wait_ready(names)
+    machines.wait_for(compiling)
+    go.touch()
+    results = [machines.result(name, timeout=90) for name in names]
+    assert sum(r["compiles"] for r in results) == 1, results  # one hedge, not one per waiter
+    assert all(2 <= r["seconds"] < 30 for r in results), [r["seconds"] for r in results]
+    plain = plain_output(cnn)
+    for r in results:
+        np.testing.assert_allclose(np.array(r["out"]), plain, rtol=1e-5, atol=1e-6)
+
+
+def test_coordinator_only_leases_in_redis_entries_elsewhere(machines, redis_url, server, tmp_path, cnn):
+    shared = tmp_path / "shared"
+    names = ["c1", "c2", "c3"]
+    released = release_together(machines, names, {"GRAPHCACHE_REMOTE": shared.as_uri(),
+                                                  "GRAPHCACHE_COORDINATOR": redis_url, "TEST_COMPILE_PAUSE": "1"})
+    results = [machines.result(name) for name in names]
+    assert time.monotonic() - released < 120
+    assert sum(r["compiles"] for r in results) == 1, results
+    assert [p.suffix for p in shared.rglob("*") if p.is_file()] == [".gce"]  # the entry in the fsspec remote
+    assert [n for n in server.client().keys("*") if b":e:" in n] == []  # and none in Redis
+    plain = plain_output(cnn)
+    for r in results:
+        np.testing.assert_allclose(np.array(r["out"]), plain, rtol=1e-5, atol=1e-6)
+
+
+def test_redis_down_a_machine_still_runs(machines, tmp_path, cnn):
+    srv = RedisServer()
+    url = srv.url
+    srv.close()  # nothing listens there any more
+    machines.start("alone", {"GRAPHCACHE_REMOTE": url, "GRAPHCACHE_REMOTE_TIMEOUT": "2"})
+    result = machines.result("alone")
+    assert not result["hit"] and result["compiles"] == 1 and result["remote_errors"] == 1
+    assert result["warnings"] == 1 and result["seconds"] < 20
+    np.testing.assert_allclose(np.array(result["out"]), plain_output(cnn), rtol=1e-5, atol=1e-6)
