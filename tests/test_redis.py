@@ -193,6 +193,9 @@ def test_cli_lists_and_purges_a_redis_remote(redis_url, tmp_path, mlp):
                                 env=env)
     assert purged.exit_code == 0, purged.output
     assert list(a.remote.scan()) == []
+    pushed = CliRunner().invoke(cli.cli, ["push", "--cache-dir", str(a.cache_dir)], env=env)  # and back again
+    assert pushed.exit_code == 0, pushed.output
+    assert [f.key for f in a.remote.scan()] == [key] and a.remote.read(key) == a.store.read(key)
 
 
 # -- faults: stopped, restarted empty, out of memory -----------------------------------------------------------------
@@ -572,3 +575,26 @@ def test_a_coordinator_down_leaves_the_entries_remote_working(tmp_path, mlp):
     b = machine(tmp_path, "b", remote=(tmp_path / "shared").as_uri(), coordinator=url)
     assert b.compile(mlp.graph_def, mlp.fetches, mlp.feeds).hit and b.stats().remote_hits == 1
     np.testing.assert_allclose(run_model(compiled, mlp), plain_output(mlp), rtol=1e-5, atol=1e-6)
+
+
+def test_a_hung_redis_costs_one_timeout(tmp_path, mlp):
+    """A server that accepts connections and never answers: the socket timeout (the remote timeout) and the
+    tier's deadline bound the first call, then the breaker skips the remote."""
+    from .s3server import BlackHole
+
+    hole = BlackHole()
+    try:
+        url = hole.endpoint.replace("http://", "redis://") + "/0"
+        with warnings.catch_warnings(record=True) as record_:
+            warnings.simplefilter("always")
+            cache = machine(tmp_path, "a", remote=url, remote_timeout=0.5)
+            start = time.monotonic()
+            compiled = cache.compile(mlp.graph_def, mlp.fetches, mlp.feeds)
+            seconds = time.monotonic() - start
+            assert cache.flush(timeout=5)
+        texts = graph_warnings(record_)
+        assert len(texts) == 1 and "Timeout" in texts[0], texts
+        assert not compiled.hit and 0.5 <= seconds < 4, seconds
+        assert cache.stats().remote_errors == 1 and cache.compile(mlp.graph_def, mlp.fetches, mlp.feeds).hit
+    finally:
+        hole.close()

@@ -38,6 +38,9 @@ import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:  # a miss without a remote loads this module (Guard) but never the remote tier
+    from collections.abc import Callable
+
+    from .settings import CacheSettings
     from .tier import RemoteTier
 
 log = logging.getLogger("graphcache")
@@ -137,6 +140,28 @@ class Fleet:
                 return Claim(None, True, timed_out=True)
             time.sleep(delay)
             delay = min(delay * 1.5, POLL_MAX)
+
+
+def open_fleet(settings: CacheSettings, entries: RemoteTier, *, version: str,
+               on_failure: Callable[[str, BaseException], None]) -> Fleet | None:
+    """Leases in the Redis remote itself, or in the coordinator beside another remote (behind a tier of its
+    own, reporting to ``on_failure``); None when neither is configured or this machine cannot publish (a
+    read-only remote: it would hold leases it never fulfils)."""
+    from ..store import open_remote
+    from ..store.urls import is_redis
+    from .tier import RemoteTier
+
+    if entries.read_only or not (settings.coordinator or is_redis(settings.remote)):
+        return None
+    leases, coordinator = entries.remote, entries
+    if settings.coordinator:
+        if not is_redis(settings.coordinator):
+            raise ValueError(f"coordinator {settings.coordinator!r}: use a redis:// or rediss:// URL")
+        leases = open_remote(settings.coordinator, version=version, timeout=settings.remote_timeout,
+                             options=settings.store_options(settings.coordinator))
+        coordinator = RemoteTier(leases, timeout=settings.remote_timeout, retry_after=settings.remote_retry_after,
+                                 on_failure=on_failure, on_upload=lambda size: None)
+    return Fleet(leases, coordinator, entries, timeout=settings.lock_timeout, hedge=settings.fleet_hedge)
 
 
 class Guard:

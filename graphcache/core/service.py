@@ -108,7 +108,9 @@ class EntryService:
             self.tier = RemoteTier(self.remote, timeout=settings.remote_timeout,
                                    retry_after=settings.remote_retry_after, on_failure=self._remote_failed,
                                    on_upload=lambda size: self.count(uploads=1, upload_bytes=size))
-            self.fleet = self._open_fleet(settings)
+            from .flight import open_fleet
+
+            self.fleet = open_fleet(settings, self.tier, version=version, on_failure=self._coordinator_failed)
         self.hooks = Hooks()
         self.last_purge = PurgeResult(0, 0, ())
         self._writes = BackgroundWrites()
@@ -125,27 +127,6 @@ class EntryService:
             self.store.read_only = True
         if not self.disabled and not self.read_only:
             self._open()
-
-    def _open_fleet(self, settings: CacheSettings) -> Fleet | None:
-        """Leases in the Redis remote itself, or in the coordinator beside another remote; None when neither is
-        configured or this machine cannot publish (a read-only remote: it would hold leases it never fulfils)."""
-        from ..store import open_remote
-        from ..store.urls import is_redis
-        from .flight import Fleet
-        from .tier import RemoteTier
-
-        assert self.tier is not None
-        if self.tier.read_only or not (settings.coordinator or is_redis(settings.remote)):
-            return None
-        leases, coordinator = self.remote, self.tier
-        if settings.coordinator:
-            if not is_redis(settings.coordinator):
-                raise ValueError(f"coordinator {settings.coordinator!r}: use a redis:// or rediss:// URL")
-            leases = open_remote(settings.coordinator, version=self.version, timeout=settings.remote_timeout,
-                                 options=settings.store_options(settings.coordinator))
-            coordinator = RemoteTier(leases, timeout=settings.remote_timeout, retry_after=settings.remote_retry_after,
-                                     on_failure=self._coordinator_failed, on_upload=lambda size: None)
-        return Fleet(leases, coordinator, self.tier, timeout=self.lock_timeout, hedge=settings.fleet_hedge)
 
     @property
     def identity(self) -> dict[str, Any]:
