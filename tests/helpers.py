@@ -67,3 +67,26 @@ FAULTS: list[str] = []
 
 def record(name: str, text: str) -> None:
     FIGURES[name] = text
+
+
+# A TF1 graph whose entry (12 MiB of weights) is big enough to be written in the background
+# (cache.py BACKGROUND_WRITE_BYTES), as source for child processes; ``big_graph_def()`` runs it here.
+BIG_GRAPH = '''
+def build_big_graph():
+    """A TF1 graph whose constant (12 MiB) makes its entry big enough to be written in the background."""
+    import numpy as np
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [1, 1024], name="x")
+        w = tf.constant(np.random.RandomState(0).rand(1024, 3072).astype(np.float32), name="w")
+        tf.identity(tf.reduce_sum(tf.matmul(x, w) * 2.0, axis=1), name="y")
+    return graph.as_graph_def()
+'''
+
+
+def big_graph_def():
+    scope: dict = {}
+    exec(BIG_GRAPH, scope)  # noqa: S102 - our own test model
+    return scope["build_big_graph"]()

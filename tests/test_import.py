@@ -16,7 +16,7 @@ from graphcache import cache as cache_module
 from graphcache.compile import importing, safety
 from graphcache.entry import codec
 
-from .helpers import CONTROL_FLOW_MODEL, run_python
+from .helpers import BIG_GRAPH, CONTROL_FLOW_MODEL, big_graph_def, run_python
 
 
 def _public_import(graph_def: graph_pb2.GraphDef, name: str = "") -> tf.Graph:
@@ -119,26 +119,9 @@ def test_graph_def_is_parsed_lazily_and_edits_are_honoured(cache, mlp):
 
 
 # -- background writes of big entries ---------------------------------------------------------------------------
-BIG_GRAPH = '''
-def build_big_graph():
-    """A TF1 graph whose constant (12 MiB) makes its entry big enough to be written in the background."""
-    import numpy as np
-    import tensorflow as tf
-
-    graph = tf.Graph()
-    with graph.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, [1, 1024], name="x")
-        w = tf.constant(np.random.RandomState(0).rand(1024, 3072).astype(np.float32), name="w")
-        tf.identity(tf.reduce_sum(tf.matmul(x, w) * 2.0, axis=1), name="y")
-    return graph.as_graph_def()
-'''
-
-
 @pytest.fixture(scope="module")
 def big_graph():
-    scope: dict = {}
-    exec(BIG_GRAPH, scope)  # noqa: S102 - our own test model
-    graph_def = scope["build_big_graph"]()
+    graph_def = big_graph_def()
     assert graph_def.ByteSize() >= cache_module.BACKGROUND_WRITE_BYTES
     return graph_def
 

@@ -28,7 +28,7 @@ from graphcache.store import RedisStore, open_remote
 from graphcache.store.redis import RedisUnavailable
 from graphcache.store.urls import redact
 
-from .helpers import ROOT, record
+from .helpers import ROOT, big_graph_def, record
 from .redisserver import RedisServer, redis_server_binary
 
 pytestmark = pytest.mark.skipif(redis_server_binary() is None, reason="redis-server is not installed on this "
@@ -517,18 +517,6 @@ def test_redis_down_a_machine_still_runs(machines, tmp_path, cnn):
     np.testing.assert_allclose(np.array(result["out"]), plain_output(cnn), rtol=1e-5, atol=1e-6)
 
 
-def big_graph():
-    """A graph whose entry (12 MB of weights) is written in the background (cache.py BACKGROUND_WRITE_BYTES)."""
-    import tensorflow as tf
-
-    graph = tf.Graph()
-    with graph.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, [1, 1024], name="x")
-        w = tf.constant(np.random.RandomState(0).rand(1024, 3072).astype(np.float32), name="w")
-        tf.identity(tf.reduce_sum(tf.matmul(x, w) * 2.0, axis=1), name="y")
-    return graph.as_graph_def()
-
-
 def test_the_lease_outlives_a_background_write_until_the_entry_is_up(server, redis_url, tmp_path):
     """A big miss's entry is written after compile() returns (background.py), with the locks handed over: the
     lease must still be freed only once the entry is in Redis, checked by a watcher of the server's keys."""
@@ -547,7 +535,7 @@ def test_the_lease_outlives_a_background_write_until_the_entry_is_up(server, red
     watcher.start()
     try:
         cache = machine(tmp_path, "a", remote=redis_url, remote_options={"chunk_bytes": 2**20})
-        compiled = cache.compile(big_graph(), ["y:0"], ["x:0"])
+        compiled = cache.compile(big_graph_def(), ["y:0"], ["x:0"])
         assert not compiled.hit and cache.pending_writes == 1  # still to be written: the lease is held
         assert cache.flush(timeout=60)
     finally:
