@@ -290,7 +290,7 @@ class Walk:
             self._array(obj, path)
         elif isinstance(obj, enum.Enum):
             self._emit("enum", type(obj).__module__, type(obj).__qualname__, obj.name)
-        elif isinstance(obj, resource_variable_ops.ResourceVariable) and _is_tf_type(obj):
+        elif isinstance(obj, resource_variable_ops.BaseResourceVariable) and _is_tf_type(obj):
             self._variable(obj, path)
         elif isinstance(obj, ops.EagerTensor):
             self._eager_tensor(obj, path)
