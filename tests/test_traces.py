@@ -335,3 +335,19 @@ def test_a_stored_trace_that_does_not_decode_is_corrupt():
     for payload in (b"", b"GCTRACE1", b"GCTRACE1\x00\x00\x00\x05{bad}", b"not a trace at all"):
         with pytest.raises(CorruptEntryError):
             stored.decode(payload)
+
+
+def test_the_walk_refuses_process_state_read_through_library_modules():
+    import os as os_module
+    import time as time_module
+
+    import numpy as np
+
+    assert _refused(lambda x: x * len(os_module.environ)) == "value"
+    assert _refused(lambda x: x + time_module.time()) == "value"
+    assert _refused(lambda x: x + np.random.rand()) == "value"
+    assert _digest(lambda x: x + np.float32(np.pi) + np.sqrt(2.0))[1] == {}  # numpy itself is fine
+    same_max = max
+    assert _digest(lambda x: same_max(x, 1))[1] == {}
+    stored_print = print
+    assert _refused(lambda x: stored_print(x)) == "builtin"

@@ -20,7 +20,9 @@ Python value that code reads. The walk starts at the function and follows what i
 
 Anything else refuses the trace (``Uncacheable`` with a reason of counters.TRACE_REASONS): an instance of
 a user class or of a library type, a user module, a bound method, a builtin with side effects (``print``,
-``open``, ``hash`` of a str is seeded per process, ...), code that assigns globals or enclosing variables.
+``open``, ``hash`` of a str is seeded per process, ...), library modules of process state (``os``,
+``time``, ``random``, ``numpy.random``, ...: ``STATEFUL_MODULES``), code that assigns globals or enclosing
+variables.
 The walk is repeated after a miss's trace: a trace that changed a value it read (appended to a list)
 is not stored either.
 """
@@ -54,8 +56,19 @@ SAFE_BUILTINS = frozenset({
     "NotImplemented", "__build_class__", "__name__",
 })
 GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
+NAMED_LOADS = GLOBAL_LOADS | {"LOAD_DEREF", "LOAD_CLASSDEREF"}  # a global or a closure cell, by name
 GLOBAL_STORES = frozenset({"STORE_GLOBAL", "DELETE_GLOBAL"})
 CELL_STORES = frozenset({"STORE_DEREF", "DELETE_DEREF"})
+# Library modules whose functions read or change process state (the environment, the clock, random
+# generators, files, threads): a trace that reaches them could bake a value of this process only.
+STATEFUL_MODULES = frozenset({
+    "os", "sys", "random", "time", "datetime", "uuid", "secrets", "socket", "subprocess", "threading",
+    "multiprocessing", "io", "importlib", "inspect", "gc", "ctypes", "logging", "warnings", "pickle", "shutil",
+    "tempfile", "glob", "pathlib", "platform", "getpass", "signal", "select", "traceback", "locale", "thread",
+})
+# Attributes of library modules that are such state too, when the code reads them off the module.
+STATEFUL_ATTRIBUTES = frozenset({"numpy.random"})
+ATTRIBUTE_LOADS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
 MAX_VALUE_BYTES = 64 * 2**20  # eager tensors and arrays hashed by value up to this size
 SKIPPED_CLASS_ATTRS = frozenset({"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__",
                                  "__annotations__", "__slots__", "__firstlineno__", "__static_attributes__"})
@@ -144,6 +157,7 @@ class Walk:
             self.value(default, _join(path, f"d{index}"))
         for name in sorted(fn.__kwdefaults__ or {}):
             self.value(fn.__kwdefaults__[name], _join(path, f"k:{name}"))
+        names, attributes = self._global_names(code, frozenset(code.co_freevars), path)
         for name, cell in zip(code.co_freevars, fn.__closure__ or (), strict=True):
             try:
                 contents = cell.cell_contents
@@ -151,9 +165,14 @@ class Walk:
                 self._emit("empty cell", name)
                 continue
             self.value(contents, _join(path, f"c:{name}"))
-        for name in self._global_names(code, frozenset(code.co_freevars), path):
+            if isinstance(contents, types.ModuleType):
+                self._check_attributes(contents, attributes.get(name, ()), path)
+        for name in names:
             if name in fn.__globals__:
-                self.value(fn.__globals__[name], _join(path, f"g:{name}"))
+                found = fn.__globals__[name]
+                self.value(found, _join(path, f"g:{name}"))
+                if isinstance(found, types.ModuleType):
+                    self._check_attributes(found, attributes.get(name, ()), path)
             elif name in vars(builtins):
                 if name not in SAFE_BUILTINS and not _is_exception(vars(builtins)[name]):
                     raise Uncacheable("builtin", f"{_where(path)} calls {name}() (a side effect, or a result of "
@@ -162,13 +181,19 @@ class Walk:
             else:
                 self._emit("unbound", name)
 
-    def _global_names(self, code: types.CodeType, enclosing: frozenset[str], path: str) -> list[str]:
-        """Names ``code`` (nested code included) loads as globals or imports, in first-use order; refuses
-        code that assigns globals or variables of an enclosing scope."""
+    def _global_names(self, code: types.CodeType, enclosing: frozenset[str], path: str
+                      ) -> tuple[list[str], dict[str, set[str]]]:
+        """Names ``code`` (nested code included) loads as globals or imports, in first-use order, and the
+        attributes read straight off each; refuses code that assigns globals or variables of an enclosing scope."""
         names: dict[str, None] = {}
+        attributes: dict[str, set[str]] = {}
         for current in _code_objects(code):
             own_cells = set(current.co_cellvars)
+            previous = None
             for ins in dis.get_instructions(current):
+                if ins.opname in ATTRIBUTE_LOADS and previous is not None and previous.opname in NAMED_LOADS:
+                    attributes.setdefault(previous.argval, set()).add(ins.argval)
+                previous = ins
                 if ins.opname in GLOBAL_LOADS:
                     names[ins.argval] = None
                 elif ins.opname in GLOBAL_STORES:
@@ -177,9 +202,15 @@ class Walk:
                     raise Uncacheable("writes_state", f"{_where(path)} assigns {ins.argval!r} of an enclosing scope")
                 elif ins.opname == "IMPORT_NAME":
                     self._imported(str(ins.argval), path)
-        return list(names)
+        return list(names), attributes
+
+    def _check_attributes(self, module: types.ModuleType, attributes: Any, path: str) -> None:
+        for attribute in sorted(attributes):
+            if f"{module.__name__}.{attribute}" in STATEFUL_ATTRIBUTES:
+                raise Uncacheable("value", f"{_where(path)} reads {module.__name__}.{attribute} (process state)")
 
     def _imported(self, name: str, path: str) -> None:
+        _check_stateful(name, path)
         if not is_library(name):
             raise Uncacheable("value", f"{_where(path)} imports the user module {name!r}")
         top = name.partition(".")[0]
@@ -224,6 +255,7 @@ class Walk:
             if not is_library(obj.__name__):
                 raise Uncacheable("value", f"{_where(path)} is the user module {obj.__name__!r} (its attributes "
                                            "are not followed)")
+            _check_stateful(obj.__name__, path)
             self.packages.add(obj.__name__.partition(".")[0])
             self._emit("module", obj.__name__)
         elif isinstance(obj, type):
@@ -249,6 +281,7 @@ class Walk:
     def _reached_function(self, fn: types.FunctionType, path: str) -> None:
         module = getattr(fn, "__module__", None) or ""
         if is_library(module):
+            _check_stateful(module, path)
             self.packages.add(module.partition(".")[0])
             self._emit("library function", module, fn.__qualname__)
         else:
@@ -299,6 +332,9 @@ class Walk:
         elif isinstance(obj, (types.BuiltinFunctionType, np.ufunc)) and _module_of(obj) \
                 and is_library(_module_of(obj)) and isinstance(getattr(obj, "__self__", None), (type(None),
                                                                                                types.ModuleType)):
+            _check_stateful(_module_of(obj), path)
+            if _module_of(obj) == "builtins" and obj.__name__ not in SAFE_BUILTINS:
+                raise Uncacheable("builtin", f"{_where(path)} is the builtin {obj.__name__}()")
             self.packages.add(_module_of(obj).partition(".")[0])
             self._emit("library builtin", _module_of(obj), getattr(obj, "__qualname__", obj.__name__))
         elif isinstance(obj, types.MethodType):
@@ -344,6 +380,14 @@ class Walk:
             raise Uncacheable("method" if isinstance(inner, types.MethodType) else "not_a_function",
                               f"{_where(path)} is a tf.function of a {type(inner).__name__}")
         self._reached_function(inner, _join(path, "fn"))
+
+
+def _check_stateful(module_name: str, path: str) -> None:
+    top = module_name.partition(".")[0].lstrip("_")  # _random, _thread, _io: the C halves
+    if top in STATEFUL_MODULES or any(module_name == name or module_name.startswith(name + ".")
+                                      for name in STATEFUL_ATTRIBUTES):
+        raise Uncacheable("value", f"{_where(path)} reaches {module_name} (process state: the environment, the "
+                                   "clock, random numbers, files)")
 
 
 def _code_objects(code: types.CodeType) -> list[types.CodeType]:
