@@ -3,8 +3,9 @@
     graph in -> load + signature (InvalidGraphError) -> resource scan (UnsupportedGraphError)
       -> fingerprint -> store.read(key) -> decode (format, checksum, key)
            hit  -> CompiledGraph(hit=True)
-           miss -> striped key lock (single flight) -> read again -> validate (import) -> Grappler
-                   -> encode -> atomic write -> index row + counters
+           miss -> striped key lock (single flight) -> read again -> fleet lease (Redis: core/flight.py)
+                   -> read again -> validate (import) -> Grappler -> encode -> atomic write -> index row
+                   + counters -> upload -> release the lease
 
 Fail open: any cache failure (I/O, corrupt entry, lock timeout, index trouble) warns once per process
 and kind of failure, is counted, and the graph is compiled normally. ``strict=True`` raises instead.
@@ -17,20 +18,22 @@ import os
 import threading
 import time
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .compile import graphs, identity, importing, keys, safety
 from .compile.compiled import CompiledGraph
 from .compile.compilers import Compiler, GrapplerCompiler
 from .compile.graphs import GraphView, Signature
 from .core import plugins, priority
-from .core.failures import STORAGE_ERRORS
 from .core.service import EntryService
 from .core.settings import ENV_FUNCTIONS, ENV_TRACES, ENV_XLA, CacheSettings, resolve_flag
 from .entry import codec, kinds
 from .entry.keyparts import version_id
 from .entry.keyshape import is_key
 from .errors import CorruptEntryError, InvalidGraphError, UnsupportedGraphError
+
+if TYPE_CHECKING:
+    from .core.flight import Guard
 
 log = logging.getLogger("graphcache")
 
@@ -68,6 +71,8 @@ class GraphCache(EntryService):
         remote_timeout: float | str | None = None,
         remote_retry_after: float | str | None = None,
         remote_options: dict[str, Any] | None = None,
+        coordinator: str | None = None,
+        fleet_hedge: float | str | None = None,
         xla: bool | None = None,
         functions: bool | None = None,
         traces: bool | None = None,
@@ -76,7 +81,8 @@ class GraphCache(EntryService):
             strict=strict, read_only=read_only, identity_salt=identity_salt, on_version_change=on_version_change,
             stale_after=stale_after, lock_timeout=lock_timeout, max_size=max_size, max_age=max_age,
             remote=remote, remote_read_only=remote_read_only, remote_timeout=remote_timeout,
-            remote_retry_after=remote_retry_after, remote_options=remote_options)
+            remote_retry_after=remote_retry_after, remote_options=remote_options, coordinator=coordinator,
+            fleet_hedge=fleet_hedge)
         self.compiler = compiler or GrapplerCompiler()
         self._identity: dict[str, Any] | None = None
         self._identity_lock = threading.Lock()
@@ -123,9 +129,7 @@ class GraphCache(EntryService):
             if compiled is None:
                 compiled = self._compile_single_flight(fp, source, view, options, label, fast)
             elif fast is not None and not self.read_only:  # found by its canonical key: later processes by
-                held = threading.Lock()                    # the fast one (written off the caller's path)
-                held.acquire()
-                self.start_write(self._write_alias, fast, fp.key, label, lock=held)
+                self.start_write(self._write_alias, fast, fp.key, label)  # the fast one (off the caller's path)
         log.info("graphcache %s %s key=%s %.3fs", "hit" if compiled.hit else "miss", label, compiled.key,
                  time.perf_counter() - start)
         return compiled
@@ -170,40 +174,35 @@ class GraphCache(EntryService):
             self.count_uncacheable("read_only")
             graph_def, data, seconds = self._compile_now(source, signature, options)
             return CompiledGraph(fp.key, False, graph_def, seconds, label, signature, serialized=data)
+        guard: Guard | None = self.compile_guard(fp.key)  # this host's lock (guard.local: None if that failed)
         try:
-            lock = self.store.lock(fp.key, self.lock_timeout)
-            if lock is not None:
-                lock.acquire()
-        except TimeoutError as exc:
-            self.failure("lock_timeout", f"waiting {self.lock_timeout:.0f}s for the compile lock", exc)
-            lock = None
-        except STORAGE_ERRORS as exc:
-            self.failure("io_error", "taking the compile lock", exc)
-            lock = None
-        try:
-            if lock is not None:
+            if guard.local is not None:
                 compiled = self._load(fp.key, view, label)  # another process may have compiled it
+                if compiled is not None:
+                    return compiled
+            if self.join_fleet(guard):  # another machine's lease: it may have published the entry meanwhile
+                compiled = self._load(fp.key, view, label)
                 if compiled is not None:
                     return compiled
             self.count_lookup(kinds.GRAPH, misses=1)
             graph_def, data, seconds = self._compile_now(source, signature, options)
             self.count_lookup(kinds.GRAPH, compiles=1, compile_seconds=seconds)
             gate = None
-            if lock is not None:
+            if guard.local is not None:
                 if len(data) >= BACKGROUND_WRITE_BYTES and not self.strict:
-                    # Written once the caller's first run is over (the gate) or after a grace; the lock goes
+                    # Written once the caller's first run is over (the gate) or after a grace; the locks go
                     # with the write, so other processes wait for the entry instead of compiling it again.
                     gate = threading.Event()
                     self.start_write(priority.in_background(self._save), fp, data, seconds, signature, label,
-                                     fast, lock=lock, gate=gate, grace=WRITE_GRACE)
-                    lock = None
+                                     fast, lock=guard, gate=gate, grace=WRITE_GRACE)
+                    guard = None
                 else:
                     self._save(fp, data, seconds, signature, label, fast)
             return CompiledGraph(fp.key, False, graph_def, seconds, label, signature, serialized=data,
                                  write_gate=gate)
         finally:
-            if lock is not None:
-                lock.release()
+            if guard is not None:
+                guard.release()  # the local lock now, the lease once the entry is uploaded (core/flight.py)
 
     def _compile_now(self, source: graphs.Source, signature: Signature, options: Any
                      ) -> tuple[Any, bytes, float]:

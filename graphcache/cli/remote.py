@@ -1,8 +1,9 @@
 """The remote cache from the CLI: ``ls --remote``, ``purge --remote``, and the calls ``push`` shares.
 
-The remote is the one the environment configures for GraphCache (``GRAPHCACHE_REMOTE``). Its backend
-errors (botocore's, aiohttp's, ...) are many types; :func:`remote_call` reports any of them as one line
-naming the remote and what was being done.
+The remote is the one the environment configures for GraphCache (``GRAPHCACHE_REMOTE``: an fsspec URL
+or a Redis one, whose password may also come from ``GRAPHCACHE_REDIS_PASSWORD``). Its backend errors
+(botocore's, aiohttp's, redis-py's, ...) are many types; :func:`remote_call` reports any of them as one line
+naming the remote (redacted: store/urls.py) and what was being done.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ from typing import Any
 
 from rich.table import Column, Table
 
+from ..core import settings
 from ..core.selection import Selection, resolve_prefix, select
 from ..errors import GraphCacheError
 from ..store import RemoteFile, RemoteStore
+from ..store import open_remote as open_store
+from ..store.urls import redact
 from .errors import CliError
 from .options import cache_root, current_version, debug_enabled, no_remote_error, open_cache, remote_settings
 from .output import (
@@ -35,16 +39,19 @@ from .output import (
 
 
 def remote_url() -> str:
-    """The configured remote's URL ("" when none is)."""
-    return remote_settings().url
+    """The configured remote's URL, its password hidden ("" when none is)."""
+    return redact(remote_settings().url)
 
 
 def open_remote() -> RemoteStore:
-    """The remote configured by the environment (the same settings GraphCache reads)."""
+    """The remote configured by the environment (the same settings GraphCache reads): a RemoteStore, or a
+    RedisStore, which answers the same calls."""
     config = remote_settings()
     if not config.url:
         raise no_remote_error()
-    return RemoteStore(config.url, read_only=config.read_only, timeout=config.timeout)
+    password = settings.resolve_str(None, settings.ENV_REDIS_PASSWORD) or None
+    options = settings.CacheSettings(remote=config.url, redis_password=password).store_options(config.url)
+    return open_store(config.url, read_only=config.read_only, timeout=config.timeout, options=options)
 
 
 def remote_call(remote: RemoteStore, what: str, func: Callable[[], Any]) -> Any:

@@ -40,10 +40,10 @@ class BackgroundWrites:
         self._threads: dict[threading.Thread, threading.Event] = {}  # each pending write and its gate
         self._lock = threading.Lock()
 
-    def start(self, func: Callable[..., Any], *args: Any, lock: Any, gate: threading.Event | None = None,
+    def start(self, func: Callable[..., Any], *args: Any, lock: Any = None, gate: threading.Event | None = None,
               grace: float = 0.0) -> None:
         """Run ``func(*args)`` in a thread once ``gate`` is set or ``grace`` seconds have passed, then release
-        ``lock`` (held by the caller, handed over here)."""
+        ``lock`` (held by the caller, handed over here), if one is given."""
         gate = gate if gate is not None else threading.Event()
         if grace <= 0:
             gate.set()
@@ -62,7 +62,8 @@ class BackgroundWrites:
             log.warning("graphcache: writing an entry in the background failed", exc_info=True)
         finally:
             try:
-                lock.release()
+                if lock is not None:
+                    lock.release()
             finally:
                 with self._lock:
                     self._threads.pop(threading.current_thread(), None)

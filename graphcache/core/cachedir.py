@@ -98,6 +98,10 @@ class CacheDir:
         self.rebuilt: Rebuild | None = None  # what opening did about an unreadable index
         self.own_version: tuple[str, dict] | None = None  # (version, description) recorded after a rebuild
         self._retry_heal_at = 0.0
+        if warn:  # a cache dir on NFS, CIFS, Lustre, ...: say once how to share safely instead
+            from .filesystems import warn_if_network
+
+            warn_if_network(self.root)
         self.index: CacheIndex | None = index if index is not None else self._open_index()
         if self.index is not None and not self.index.available:
             self.index = None

@@ -59,7 +59,8 @@ from .settings import CacheSettings
 from .versioning import PurgeResult, purge_stale_versions
 
 if TYPE_CHECKING:  # loaded where used: a remote only where one is configured, misses' records on writes
-    from ..store.remote import RemoteStore
+    from ..store.base import Store
+    from .flight import Fleet, Guard
     from .index import misses
     from .stats import Stats
     from .tier import RemoteTier
@@ -95,17 +96,21 @@ class EntryService:
         self.dir: CacheDir | None = None
         self.index: CacheIndex | None = None
         self.store = LocalStore(self.cache_dir, read_only=self.read_only)
-        self.remote: RemoteStore | None = None
+        self.remote: Store | None = None  # store/remote.py's RemoteStore (fsspec) or store/redis.py's RedisStore
         self.tier: RemoteTier | None = None
+        self.fleet: Fleet | None = None  # cross-host single flight (core/flight.py)
         if settings.remote and not self.disabled:
-            from ..store.remote import RemoteStore
+            from ..store import open_remote
             from .tier import RemoteTier
 
-            self.remote = RemoteStore(settings.remote, version=version, options=settings.remote_options,
+            self.remote = open_remote(settings.remote, version=version, options=settings.store_options(settings.remote),
                                       timeout=settings.remote_timeout, read_only=settings.remote_read_only)
             self.tier = RemoteTier(self.remote, timeout=settings.remote_timeout,
                                    retry_after=settings.remote_retry_after, on_failure=self._remote_failed,
                                    on_upload=lambda size: self.count(uploads=1, upload_bytes=size))
+            from .flight import open_fleet
+
+            self.fleet = open_fleet(settings, self.tier, version=version, on_failure=self._coordinator_failed)
         self.hooks = Hooks()
         self.last_purge = PurgeResult(0, 0, ())
         self._writes = BackgroundWrites()
@@ -313,7 +318,7 @@ class EntryService:
         try:
             return check(data, key, signing_key=self.signing_key)
         except CorruptEntryError as exc:  # untrusted entries included
-            self.tier.remember_miss(key)
+            self.tier.remember_miss(key, corrupt=True)
             self.count(remote_errors=1)
             warn_once("remote_corrupt", f"graphcache: remote entry {key} in {self.tier.name} is corrupt ({exc}); "
                                         "ignored it and compiling locally")
@@ -326,6 +331,45 @@ class EntryService:
         warn_once("remote_error", f"graphcache: {what} failed on the remote cache {self.tier.name} "
                                   f"({type(exc).__name__}: {exc}); skipping the remote for "
                                   f"{self.tier.breaker.retry_after:g}s, the local cache still works")
+
+    def _coordinator_failed(self, what: str, exc: BaseException) -> None:
+        assert self.fleet is not None
+        self.count(remote_errors=1)
+        warn_once("coordinator_error", f"graphcache: {what} failed on the coordinator {self.fleet.coordinator.name} "
+                                       f"({type(exc).__name__}: {exc}); compiling without waiting for other "
+                                       f"machines for {self.fleet.coordinator.breaker.retry_after:g}s")
+
+    # -- single flight: this host's lock, then the fleet's lease (core/flight.py) ---------------------------
+    def compile_guard(self, key: str) -> Guard:
+        """A Guard holding ``key``'s local compile lock; ``guard.local`` is None when taking it failed
+        (reported, fail open: the caller compiles without storing)."""
+        from .flight import Guard
+
+        try:
+            lock = self.store.lock(key, self.lock_timeout)
+            if lock is not None:
+                lock.acquire()
+        except TimeoutError as exc:
+            self.failure("lock_timeout", f"waiting {self.lock_timeout:.0f}s for the compile lock", exc)
+            lock = None
+        except STORAGE_ERRORS as exc:
+            self.failure("io_error", "taking the compile lock", exc)
+            lock = None
+        return Guard(key, lock, self.tier)
+
+    def join_fleet(self, guard: Guard) -> bool:
+        """Take the fleet's lease on ``guard.key`` (kept in ``guard.lease``) or wait for the machine that holds
+        it; True when the remote may hold the entry now: look it up again before compiling."""
+        if self.fleet is None:
+            return False
+        claim = self.fleet.claim(guard.key)
+        if claim.timed_out:
+            self.failure("lock_timeout", f"waiting {self.lock_timeout:.0f}s for another machine's compile of "
+                         f"{guard.key}", TimeoutError("the lease was still held"), consequence="compiling it here")
+        guard.lease = claim.lease
+        if claim.recheck and self.tier is not None:
+            self.tier.forget_miss(guard.key)
+        return claim.recheck
 
     def pull_group(self, group: str) -> list[str]:
         """Copy the entries the remote lists in ``group`` (entry/kinds.py) that the local store lacks; the
@@ -458,10 +502,10 @@ class EntryService:
         except STORAGE_ERRORS as exc:
             warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
 
-    def start_write(self, func: Callable[..., Any], *args: Any, lock: Any, gate: threading.Event | None = None,
-                    grace: float = 0.0) -> None:
+    def start_write(self, func: Callable[..., Any], *args: Any, lock: Any = None,
+                    gate: threading.Event | None = None, grace: float = 0.0) -> None:
         """Run ``func(*args)`` (an entry write) in the background once ``gate`` is set or ``grace`` seconds
-        have passed, then release ``lock`` (background.py)."""
+        have passed, then release ``lock``, if one is handed over (background.py)."""
         self._writes.start(func, *args, lock=lock, gate=gate, grace=grace)
 
     @property

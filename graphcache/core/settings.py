@@ -30,6 +30,11 @@ ENV_REMOTE = "GRAPHCACHE_REMOTE"
 ENV_REMOTE_READ_ONLY = "GRAPHCACHE_REMOTE_READ_ONLY"
 ENV_REMOTE_TIMEOUT = "GRAPHCACHE_REMOTE_TIMEOUT"
 ENV_REMOTE_RETRY_AFTER = "GRAPHCACHE_REMOTE_RETRY_AFTER"
+# Redis (store/redis.py, core/flight.py): leases in a Redis beside another remote, when a slow compile elsewhere
+# lets one waiter compile too, and the password of a redis:// URL that carries none (never logged).
+ENV_COORDINATOR = "GRAPHCACHE_COORDINATOR"
+ENV_FLEET_HEDGE = "GRAPHCACHE_FLEET_HEDGE"
+ENV_REDIS_PASSWORD = "GRAPHCACHE_REDIS_PASSWORD"
 ENV_FUNCTIONS = "GRAPHCACHE_FUNCTIONS"  # TF2 functions' optimized graphs (functions/)
 ENV_XLA = "GRAPHCACHE_XLA"  # TensorFlow's XLA executables (xla/)
 ENV_TRACES = "GRAPHCACHE_TRACES"  # TF2 tf.function traces (traces/)
@@ -44,6 +49,9 @@ DEFAULT_MAX_SIZE = 10 * 2**30  # 10 GiB
 DEFAULT_STALE_AFTER = 86400.0  # seconds: a version unused for a day is purged by the next other version
 DEFAULT_REMOTE_TIMEOUT = 5.0  # seconds one remote lookup may take before it counts as a failure
 DEFAULT_REMOTE_RETRY_AFTER = 60.0  # seconds a failed remote is skipped (circuit breaker) before it is tried again
+# Seconds a machine waits for another one's compile of the same key before one waiter compiles it too (a compile
+# of a large graph takes minutes; a holder that died is noticed within seconds, through its lease's expiry).
+DEFAULT_FLEET_HEDGE = 300.0
 # A session graph under this many nodes (and SMALL_GRAPH_BYTES) compiles in a few milliseconds: the cache's own
 # fixed costs (opening the index, the key, the write, the import) would make its first run slower than plain
 # TensorFlow's and save little on a hit (benchmarks/tf1_train.py measures both; JAX's min_compile_time idea).
@@ -172,8 +180,8 @@ class CacheSettings(NamedTuple):
     """Every setting of one cache, resolved once (argument > environment > default; see the README's table).
 
     ``disabled`` is GRAPHCACHE_DISABLE, which always wins. ``signing_key`` (HMAC-SHA256 of every entry,
-    codec.py) comes from the environment only and is never logged (nor are the remote's options, which may
-    hold credentials: both are left out of the repr).
+    codec.py) and ``redis_password`` come from the environment only and are never logged (nor are the
+    remote's options, which may hold credentials: all are left out of the repr, and URLs are redacted).
     """
 
     strict: bool = False
@@ -191,11 +199,27 @@ class CacheSettings(NamedTuple):
     remote_timeout: float = DEFAULT_REMOTE_TIMEOUT
     remote_retry_after: float = DEFAULT_REMOTE_RETRY_AFTER
     remote_options: dict[str, Any] | None = None  # resolve() always gives a dict
+    coordinator: str = ""
+    fleet_hedge: float = DEFAULT_FLEET_HEDGE
+    redis_password: str | None = None
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields
-                          if name not in ("signing_key", "remote_options"))
+        from ..store.urls import redact
+
+        shown = ", ".join(f"{name}={redact(value) if name in ('remote', 'coordinator') else value!r}"
+                          for name, value in zip(self._fields, self, strict=True)
+                          if name not in ("signing_key", "remote_options", "redis_password"))
         return f"CacheSettings({shown})"
+
+    def store_options(self, url: str) -> dict[str, Any]:
+        """The options of the store ``url`` opens: the remote's options, and for a Redis URL the password
+        from GRAPHCACHE_REDIS_PASSWORD unless the URL or the options carry one."""
+        from ..store.urls import is_redis
+
+        options = dict(self.remote_options or {}) if url == self.remote else {}
+        if is_redis(url) and self.redis_password:  # redis-py: a password in the URL wins over this one
+            options.setdefault("password", self.redis_password)
+        return options
 
     @classmethod
     def resolve(cls, *, strict: bool | None = None, read_only: bool | None = None,
@@ -204,7 +228,8 @@ class CacheSettings(NamedTuple):
                 max_size: int | str | None = None, max_age: float | timedelta | str | None = None,
                 remote: str | None = None, remote_read_only: bool | None = None,
                 remote_timeout: float | str | None = None, remote_retry_after: float | str | None = None,
-                remote_options: dict[str, Any] | None = None) -> CacheSettings:
+                remote_options: dict[str, Any] | None = None, coordinator: str | None = None,
+                fleet_hedge: float | str | None = None) -> CacheSettings:
         if on_version_change not in ("purge", "keep"):
             raise ValueError(f"on_version_change={on_version_change!r}: use 'purge' or 'keep'")
         return cls(
@@ -224,6 +249,9 @@ class CacheSettings(NamedTuple):
             remote_retry_after=resolve_duration(remote_retry_after, ENV_REMOTE_RETRY_AFTER,
                                                 DEFAULT_REMOTE_RETRY_AFTER),
             remote_options=dict(remote_options or {}),
+            coordinator=resolve_str(coordinator, ENV_COORDINATOR).strip(),
+            fleet_hedge=resolve_duration(fleet_hedge, ENV_FLEET_HEDGE, DEFAULT_FLEET_HEDGE),
+            redis_password=os.environ.get(ENV_REDIS_PASSWORD) or None,
         )
 
 

@@ -18,6 +18,11 @@ and schedules the traffic:
   drain waits up to ``EXIT_WAIT`` seconds (core/exits.py, after the writes that may queue more).
 - **Fetching a group**: ``marked`` lists a group, ``fetch_many`` downloads in parallel, each within the
   timeout; the first failure opens the breaker and the downloads not started yet are skipped.
+- **After an upload**: ``after_upload(key, callback)`` runs ``callback`` once ``key``'s queued upload has
+  finished (landed or failed), or at once when none is queued: a compile lease (core/flight.py) is released
+  only once its entry is on the remote, so the machines waiting for it find it there.
+- **Other calls**: ``call(func, what)`` runs any other remote call (the fleet's leases) under the same deadline,
+  breaker and reporting.
 
 Failures are reported to ``on_failure(what, exc)`` (the service warns once and counts them), finished
 uploads to ``on_upload(size)``.
@@ -76,12 +81,14 @@ class RemoteTier:
         self._on_failure = on_failure
         self._on_upload = on_upload
         self._missed: dict[str, float] = {}  # key -> monotonic time of its remote miss
+        self._corrupt: set[str] = set()  # those of them that were there but failed their checks
         self._missed_lock = threading.Lock()
         self._cond = threading.Condition()
         self._queue: deque[tuple[str, bytes, str | None]] = deque()
         self._pending = 0  # queued + in flight
         self._pending_bytes = 0
         self._worker: threading.Thread | None = None
+        self._after: dict[str, list[Callable[[], None]]] = {}  # key queued or in flight -> run when it is done
 
     def __repr__(self) -> str:
         return f"RemoteTier({self.name!r})"
@@ -92,6 +99,17 @@ class RemoteTier:
 
     def _call(self, func: Callable[[], Any], what: str) -> Any:
         return call_with_deadline(func, self.timeout, f"{what} on {self.name}")
+
+    def call(self, func: Callable[[], Any], what: str) -> tuple[bool, Any]:
+        """(True, ``func()``) within the deadline; (False, None) when the breaker is open or the call failed
+        (reported as any remote failure: the breaker opens, the service warns once and counts)."""
+        if not self.breaker.closed:
+            return False, None
+        try:
+            return True, self._call(func, what)
+        except Exception as exc:
+            self._failed(what, exc)
+            return False, None
 
     # -- reads ---------------------------------------------------------------------------------------------
     def fetch(self, key: str) -> bytes | None:
@@ -107,13 +125,25 @@ class RemoteTier:
             self.remember_miss(key)
         return data
 
-    def remember_miss(self, key: str) -> None:
+    def remember_miss(self, key: str, corrupt: bool = False) -> None:
         """Treat ``key`` as missing for MISS_TTL seconds (a miss, or an object that failed its checks)."""
         now = time.monotonic()
         with self._missed_lock:
             if len(self._missed) >= 1024:
                 self._missed = {k: t for k, t in self._missed.items() if now - t < MISS_TTL}
+                self._corrupt &= self._missed.keys()
             self._missed[key] = now
+            if corrupt:
+                self._corrupt.add(key)
+            else:
+                self._corrupt.discard(key)
+
+    def forget_miss(self, key: str) -> None:
+        """Ask the remote again at the next lookup of ``key`` (another machine may have published it since);
+        an object that failed its checks stays skipped (it would only fail, and count, again)."""
+        with self._missed_lock:
+            if key not in self._corrupt:
+                self._missed.pop(key, None)
 
     def _missed_recently(self, key: str) -> bool:
         with self._missed_lock:
@@ -163,6 +193,7 @@ class RemoteTier:
                 log.warning("graphcache: %d bytes of uploads pending: not uploading %s", self._pending_bytes, key)
                 return
             self._queue.append((key, data, group))
+            self._after.setdefault(key, [])
             self._pending += 1
             self._pending_bytes += len(data)
             if self._worker is None:
@@ -181,9 +212,22 @@ class RemoteTier:
                 self._upload(key, data, group)
             finally:
                 with self._cond:
+                    callbacks = self._after.pop(key, [])
+                for callback in callbacks:  # before the flush waiters wake: their process may exit next
+                    _run_quietly(callback)
+                with self._cond:
                     self._pending -= 1
                     self._pending_bytes -= len(data)
                     self._cond.notify_all()
+
+    def after_upload(self, key: str, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once ``key``'s queued upload is done (landed or failed), or now if none is queued."""
+        with self._cond:
+            waiting = self._after.get(key)
+            if waiting is not None:
+                waiting.append(callback)
+                return
+        _run_quietly(callback)
 
     def _upload(self, key: str, data: bytes, group: str | None) -> None:
         if not self.breaker.closed:
@@ -213,6 +257,13 @@ class RemoteTier:
         """Wait for the queued uploads (at most ``timeout`` seconds); True when none is left pending."""
         with self._cond:
             return self._cond.wait_for(lambda: self._pending == 0, timeout)
+
+
+def _run_quietly(callback: Callable[[], None]) -> None:
+    try:
+        callback()
+    except Exception:  # a bug in a callback must not stop the uploads
+        log.warning("graphcache: a callback after an upload failed", exc_info=True)
 
 
 # -- waiting for uploads at exit ------------------------------------------------------------------------------

@@ -205,9 +205,7 @@ class FunctionCache:
             if self.cache.strict:  # failures must reach the caller
                 self._store(call, metadata, seconds)
             else:  # building and writing the entry (tens of ms: fsyncs) overlaps with what the caller does next
-                handed_over = threading.Lock()
-                handed_over.acquire()
-                self.cache.start_write(self._store_fail_open, call, metadata, seconds, lock=handed_over)
+                self.cache.start_write(self._store_fail_open, call, metadata, seconds)
         return outputs
 
     def wait_for_writes(self, timeout: float | None = None) -> bool:

@@ -15,9 +15,10 @@ spelling reaches it
 ``MonitoredTrainingSession``, ``ChiefSessionCreator`` / ``WorkerSessionCreator``, ``Supervisor``); and
 since graphcache's classes subclass TensorFlow's, ``isinstance(sess, tf.compat.v1.Session)`` holds.
 
-Not reached: subclasses of TensorFlow's classes (a subclass's own code runs, e.g. tf.test's
-``cached_session``), sessions whose config turns Grappler's meta-optimizer off (nothing to cache; this
-includes ``CompiledGraph.session()``), TF2 ``tf.function``/eager code (no Session), and other processes,
+TF2 code has no session: its ``tf.function`` first calls are served by the functions plugin, which
+``install()`` enables too (unless ``functions=False``). Not reached: subclasses of TensorFlow's classes (a
+subclass's own code runs, e.g. tf.test's ``cached_session``), sessions whose config turns Grappler's
+meta-optimizer off (nothing to cache; this includes ``CompiledGraph.session()``), and other processes,
 except the Python processes a script started by ``graphcache run`` (or ``run_script``) starts: those find
 ``GRAPHCACHE_INSTALL=1`` and graphcache's ``child_site`` folder on ``PYTHONPATH``, whose
 ``sitecustomize`` installs graphcache when the child imports TensorFlow (and then runs the sitecustomize

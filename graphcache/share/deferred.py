@@ -40,14 +40,6 @@ T = TypeVar("T")
 # with its owner (and the loaded model its closure holds); a started one is held by its thread until it ends.
 
 
-class _NoLock:
-    """start_write hands a lock to release when the write is done; a deferred build holds none of its own
-    (the compile inside takes the graph key's lock, as any miss does)."""
-
-    def release(self) -> None:
-        pass
-
-
 class DeferredBuild(Generic[T]):
     """``build()`` run once in ``cache``'s background writes, for the entry ``key``; see the module docstring."""
 
@@ -71,7 +63,7 @@ class DeferredBuild(Generic[T]):
             if self._started:
                 return
             self._started = True
-        self.cache.start_write(priority.in_background(self._run), lock=_NoLock())
+        self.cache.start_write(priority.in_background(self._run))  # the compile inside takes the key's lock
 
     @property
     def started(self) -> bool:

@@ -64,10 +64,8 @@ def push_entries(cache: CacheDir, remote: RemoteStore, keys: Iterable[str] | Non
             summary.skipped.append({"key": row.key, "problem": str(exc)})
             continue
         target = stores.get(header.version)
-        if target is None:  # a RemoteStore writes under one version's prefix
-            target = stores[header.version] = RemoteStore(remote.url, version=header.version,
-                                                          options=remote.options, timeout=remote.timeout,
-                                                          read_only=remote.read_only)
+        if target is None:  # a remote store writes under one version's prefix
+            target = stores[header.version] = remote.for_version(header.version)
         target.write(header.key, data)
         group = kinds.group_of(header)
         if group is not None:

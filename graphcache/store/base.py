@@ -18,6 +18,10 @@ service in core/service.py does, once, for every store). What a store must answe
 - ``mark(group, key)`` / ``marked(group)``: list an entry in a named group and list a group's keys, for
   stores that keep groups (``keeps_groups``); a store without them lists nothing.
 - ``read_only``: True when writes, deletes and marks are refused.
+
+Stores that can coordinate machines (store/redis.py) also answer ``Leases``: a compile lease per key with a
+time to live, taken only when free, renewed and released only by the token that took it. The policy built on
+them (waiting, renewing, hedging: one compile per fleet) is core/flight.py's.
 """
 
 from __future__ import annotations
@@ -48,6 +52,20 @@ class Lock(Protocol):
     def __enter__(self) -> Any: ...
 
     def __exit__(self, *exc_info: Any) -> Any: ...
+
+
+class Leases(Protocol):
+    """Compile leases, one per key (and a second, ``hedge``, for one extra compiler): ``acquire_lease`` takes
+    it for ``ttl`` seconds if nobody holds it; ``renew_lease``/``release_lease`` act only while ``token``
+    holds it (False otherwise); ``lease_holder`` is the holder's token or None. Failures raise OSError."""
+
+    def acquire_lease(self, key: str, token: str, ttl: float, hedge: bool = False) -> bool: ...
+
+    def renew_lease(self, key: str, token: str, ttl: float, hedge: bool = False) -> bool: ...
+
+    def release_lease(self, key: str, token: str, hedge: bool = False) -> bool: ...
+
+    def lease_holder(self, key: str, hedge: bool = False) -> str | None: ...
 
 
 class Store(abc.ABC):

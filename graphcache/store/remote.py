@@ -56,6 +56,7 @@ from ..entry.keyshape import ENTRY_SUFFIX, is_group_id, is_key
 from ..errors import GraphCacheError
 from .base import Store
 from .local import TMP_SUFFIX
+from .urls import scheme
 
 LAYOUT = "v1"
 # The folder of a version that holds the marker groups. Part of layout v1: named after the first (and so
@@ -159,6 +160,11 @@ class RemoteStore(Store):
     def __repr__(self) -> str:
         return f"RemoteStore({self.url!r}, version={self.version!r})"
 
+    def for_version(self, version: str) -> RemoteStore:
+        """The same remote and options, bound to another compiler version."""
+        return RemoteStore(self.url, version=version, options=self.options, timeout=self.timeout,
+                           read_only=self.read_only)
+
     # -- the file system -----------------------------------------------------------------------------------
     @property
     def protocol(self) -> str:
@@ -191,13 +197,13 @@ class RemoteStore(Store):
             if self._fs is None:
                 try:
                     from fsspec.core import url_to_fs
-                except ImportError as exc:
-                    raise RemoteError("a remote cache needs fsspec: pip install fsspec s3fs") from exc
+                except ImportError:
+                    raise RemoteError(f"the remote {self.url!r} needs fsspec: {self._install_hint()}") from None
                 try:
                     fs, root = url_to_fs(self.url, **self._storage_options())
                 except ImportError as exc:
-                    raise RemoteError(f"the remote {self.url!r} needs a package that is not installed: {exc}"
-                                      ) from exc
+                    raise RemoteError(f"the remote {self.url!r} needs a package that is not installed ({exc}): "
+                                      f"{self._install_hint()}") from None
                 except ValueError as exc:
                     raise RemoteError(f"cannot use the remote {self.url!r}: {exc}") from exc
                 if self.protocol in _S3 and hasattr(fs, "retries"):
@@ -205,6 +211,12 @@ class RemoteStore(Store):
                 self._root = str(root).rstrip("/")
                 self._fs = fs
             return self._fs
+
+    def _install_hint(self) -> str:
+        """What to install for this URL: the s3 extra for S3, fsspec and its backend otherwise."""
+        if scheme(self.url) in _S3:  # not self.protocol: that needs fsspec, which may be what is missing
+            return "pip install graphcache[s3]"
+        return "pip install fsspec and the fsspec backend of this URL (gcsfs, adlfs, ...)"
 
     @property
     def root(self) -> str:
