@@ -25,11 +25,12 @@ from .helpers import ROOT, run_python
 
 KIND = "tf_trace"
 BASE = {"scale": 0.5, "closure": 1.5, "helper": "y * 0.25 + 0.1", "own": "+ 1.0", "shape": [3, 4],
-        "dtype": "float32", "var_shape": [2, 3]}
+        "dtype": "float32", "var_shape": [2, 3], "small": [1.0, 2.0, 3.0]}
 CHANGED = {"scale": 0.75, "closure": 2.5, "helper": "y * 0.25 - 0.1", "own": "- 1.0", "shape": [5, 4],
-           "dtype": "float64", "var_shape": [4, 3]}
-# Each of these functions reads one thing CHANGED changes (deep reads none of them).
-VARIANT_FUNCTIONS = ("uses_global", "uses_closure", "uses_helper", "own_code", "shapes", "var_shape")
+           "dtype": "float64", "var_shape": [4, 3], "small": [1.0, 2.0, 4.0]}
+# Each of these functions reads one thing CHANGED changes (deep and jitted read none of them). uses_tensor
+# captures a small eager tensor (TensorFlow copies it into the graph as a constant) and a big one (an input).
+VARIANT_FUNCTIONS = ("uses_global", "uses_closure", "uses_helper", "own_code", "shapes", "var_shape", "uses_tensor")
 
 CHILD = '''
 import json, logging, os, sys, warnings
@@ -52,6 +53,8 @@ if {use_cache}:
 w = tf.Variable(np.linspace(-1.0, 1.0, 64, dtype=np.float32).reshape(8, 8))
 other = tf.Variable(np.ones(V["var_shape"], np.float32))
 SCALE = V["scale"]
+SMALL = tf.constant(V["small"])
+BIG = tf.constant(np.linspace(0.0, 1.0, 300, dtype=np.float32))
 log = []
 state = {{}}
 
@@ -94,6 +97,14 @@ def var_shape(x):
     return tf.reduce_sum(other) + tf.reduce_sum(x)
 
 @tf.function
+def uses_tensor(x):
+    return tf.reduce_sum(x) + tf.reduce_sum(SMALL) * tf.reduce_sum(BIG)
+
+@tf.function(jit_compile=True)
+def jitted(x):
+    return tf.reduce_sum(tf.sin(x) * w)
+
+@tf.function
 def appender(x):
     log.append(1)  # a Python side effect of tracing
     return x + 1.0
@@ -104,8 +115,8 @@ def creates(x):
         state["v"] = tf.Variable(3.0)  # a variable created by the first trace
     return x * state["v"]
 
-names = ("deep", "uses_global", "uses_closure", "uses_helper", "own_code", "shapes", "var_shape", "appender",
-         "creates")
+names = ("deep", "uses_global", "uses_closure", "uses_helper", "own_code", "shapes", "var_shape", "uses_tensor",
+         "jitted", "appender", "creates")
 ran = dict.fromkeys(names, 0)
 def profile(frame, event, arg):
     if event == "call":
@@ -124,6 +135,8 @@ values = {{
     "own_code": float(own_code(x).numpy()),
     "shapes": float(shapes(tf.ones(V["shape"], V["dtype"])).numpy()),
     "var_shape": float(var_shape(x).numpy()),
+    "uses_tensor": float(uses_tensor(x).numpy()),
+    "jitted": float(jitted(x).numpy()),
     "appender": appender(tf.constant(1.0)).numpy().tolist(),
     "creates": float(creates(tf.constant(2.0)).numpy()),
 }}
@@ -162,7 +175,7 @@ def trace_files(cache_dir: Path) -> list[Path]:
     return [LocalStore(cache_dir).path_for(row.key) for row in GraphCache(cache_dir).entries() if row.kind == KIND]
 
 
-CACHED = ("deep", *VARIANT_FUNCTIONS)
+CACHED = ("deep", "jitted", *VARIANT_FUNCTIONS)
 
 
 def test_a_warm_process_skips_tracing_and_every_change_misses(cache_dir):

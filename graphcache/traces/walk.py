@@ -73,7 +73,7 @@ MAX_VALUE_BYTES = 64 * 2**20  # eager tensors and arrays hashed by value up to t
 SKIPPED_CLASS_ATTRS = frozenset({"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__",
                                  "__annotations__", "__slots__", "__firstlineno__", "__static_attributes__"})
 PLAIN_SCALARS = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis))
-GRAPHCACHE_PACKAGE = "graphcache"
+OWN_PACKAGE = "graphcache"
 
 
 class Uncacheable(Exception):
@@ -99,7 +99,7 @@ def is_library(module_name: str) -> bool:
     site-packages (TensorFlow, Keras, NumPy, ...), or graphcache itself. ``__main__`` and the user's own
     modules are not."""
     top = module_name.partition(".")[0]
-    if top in ("builtins", GRAPHCACHE_PACKAGE) or top in sys.builtin_module_names:
+    if top in ("builtins", OWN_PACKAGE) or top in sys.builtin_module_names:
         return True
     module = sys.modules.get(top)
     path = getattr(module, "__file__", None) if module is not None else None
