@@ -364,3 +364,23 @@ def test_the_walk_refuses_process_state_read_through_library_modules():
     assert _digest(lambda x: same_max(x, 1))[1] == {}
     stored_print = print
     assert _refused(lambda x: stored_print(x)) == "builtin"
+
+
+class _Text(str):
+    def __add__(self, other):  # a subclass can change what the code computes: not a plain value
+        return "changed"
+
+
+BIG_LIST = list(range(20_000))
+
+
+def test_plain_means_exactly_the_builtin_types_and_bounded_sizes():
+    import collections
+
+    text = _Text("a")
+    assert _refused(lambda x: text + x) == "value"
+    assert _refused(lambda x: x + len(BIG_LIST)) == "value"
+    point = collections.namedtuple("Point", "a b")(1, 2.5)
+    assert _digest(lambda x: x * point.a)[1] == {}
+    long_text = "x" * 10_000
+    assert _digest(lambda x: long_text)[0] != _digest(lambda x: long_text[:-1] + "y")[0]

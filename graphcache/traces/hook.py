@@ -121,6 +121,9 @@ class TraceCache:
         except Uncacheable as exc:
             self._uncacheable(name, exc)
             return trace()
+        except RecursionError:
+            self._uncacheable(name, Uncacheable("value", "what it reads is nested too deeply to key"))
+            return trace()
         except CacheIOError:
             raise
         except Exception as exc:  # a TensorFlow or Python surprise: never the user's problem

@@ -70,9 +70,12 @@ STATEFUL_MODULES = frozenset({
 STATEFUL_ATTRIBUTES = frozenset({"numpy.random"})
 ATTRIBUTE_LOADS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
 MAX_VALUE_BYTES = 64 * 2**20  # eager tensors and arrays hashed by value up to this size
+MAX_ITEMS = 10_000  # items of one container: bigger ones would make the key cost more than it saves
+LONG_TEXT = 256  # str and bytes longer than this are keyed by their hash
 SKIPPED_CLASS_ATTRS = frozenset({"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__",
                                  "__annotations__", "__slots__", "__firstlineno__", "__static_attributes__"})
-PLAIN_SCALARS = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis))
+PLAIN_SCALARS = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis))  # exactly these types
+CONTAINERS = (tuple, list, dict, set, frozenset)
 OWN_PACKAGE = "graphcache"
 
 
@@ -245,9 +248,17 @@ class Walk:
     # -- values ----------------------------------------------------------------------------------------------
     def value(self, obj: Any, path: str) -> None:
         """One value the code reads (see the module docstring for what is plain)."""
-        if isinstance(obj, PLAIN_SCALARS):
-            self._emit(type(obj).__name__, repr(obj))
-        elif isinstance(obj, (tuple, list, dict, set, frozenset)):
+        kind = type(obj)
+        if kind in PLAIN_SCALARS:
+            if kind in (str, bytes) and len(obj) > LONG_TEXT:
+                data = obj.encode("utf-8", "surrogatepass") if kind is str else obj
+                self._emit(kind.__name__, len(obj), xxhash.xxh3_128_hexdigest(data))
+            else:
+                self._emit(kind.__name__, repr(obj))
+        elif kind in CONTAINERS:
+            self._container(obj, path)
+        elif isinstance(obj, tuple) and _is_plain_namedtuple(kind):
+            self._emit("namedtuple", kind.__module__, kind.__qualname__, kind._fields, repr(kind._field_defaults))
             self._container(obj, path)
         elif isinstance(obj, types.FunctionType):
             self._reached_function(obj, path)
@@ -266,10 +277,12 @@ class Walk:
     def _container(self, obj: Any, path: str) -> None:
         if not self._once(obj, path):
             return
+        if len(obj) > MAX_ITEMS:
+            raise Uncacheable("value", f"{_where(path)} holds {len(obj)} items (more than {MAX_ITEMS} are not keyed)")
         if isinstance(obj, dict):
             self._emit("dict", len(obj))
             for key, item in obj.items():
-                if not isinstance(key, PLAIN_SCALARS):
+                if type(key) not in PLAIN_SCALARS:
                     raise Uncacheable("value", f"{_where(path)} has a key of type {type(key).__name__}")
                 self._emit("key", type(key).__name__, repr(key))
                 self.value(item, f"{path}[{key!r}]")
@@ -396,6 +409,17 @@ def _code_objects(code: types.CodeType) -> list[types.CodeType]:
         if isinstance(const, types.CodeType):
             found.extend(_code_objects(const))
     return found
+
+
+NAMEDTUPLE_MEMBERS = frozenset({"__doc__", "__getnewargs__", "__match_args__", "__module__", "__new__", "__repr__",
+                                "__slots__", "_asdict", "_field_defaults", "_fields", "_make", "_replace"})
+
+
+def _is_plain_namedtuple(kind: type) -> bool:
+    """A class made by collections.namedtuple and nothing more (its fields and defaults say all it does)."""
+    fields = getattr(kind, "_fields", None)
+    return kind.__bases__ == (tuple,) and isinstance(fields, tuple) and \
+        set(vars(kind)) <= NAMEDTUPLE_MEMBERS | set(fields)
 
 
 def _is_exception(obj: Any) -> bool:
