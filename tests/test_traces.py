@@ -226,6 +226,15 @@ def test_a_warm_process_skips_tracing_and_every_change_misses(cache_dir):
     assert stats["trace_uncacheable_reasons"] == {"side_effect": 4, "creates_variables": 4}
     verified = json.loads(graphcache_cli("--cache-dir", str(cache_dir), "verify", "--json"))
     assert verified["bad"] == []
+    # `graphcache misses`: what each changed trace differs in from the stored one, and why others are not cached
+    recorded = json.loads(graphcache_cli("--cache-dir", str(cache_dir), "misses", "--json", "--limit", "100"))
+    latest = {}
+    for miss in reversed(recorded):  # oldest first: the newest of each name wins
+        latest[miss["name"]] = miss
+    assert latest["tf.function uses_global"]["differs"] == ["code"]
+    assert latest["tf.function var_shape"]["differs"] == ["code"]
+    assert latest["tf.function shapes"]["differs"] == ["signature"]
+    assert "side_effect" in latest["tf.function appender"]["detail"]
 
 
 def test_a_corrupt_trace_entry_costs_a_warning_and_a_normal_trace(cache_dir):

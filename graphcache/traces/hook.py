@@ -241,6 +241,7 @@ class TraceCache:
                name: str) -> None:
         """Write the entry (``concrete`` is held so that its functions stay in the eager context meanwhile)."""
         del concrete
+        self._record_miss(name, key)
         library = stored.library_of(described.name)
         try:
             stored.check_graph(library)
@@ -260,6 +261,30 @@ class TraceCache:
     def _uncacheable(self, name: str, exc: Uncacheable) -> None:
         log.info("graphcache: the trace of %s is not cached (%s): %s", name, exc.reason, exc.detail)
         self.cache.count(**{TRACE_UNCACHEABLE: 1, f"{TRACE_UNCACHEABLE}.{exc.reason}": 1})
+        self._record_miss(name, None, f"trace not cacheable ({exc.reason}): {exc.detail}")
+
+    def _record_miss(self, name: str, key: keying.TraceKey | None, detail: str = "") -> None:
+        """``graphcache misses``: a trace that missed, with the key parts it differs in from the newest stored trace
+        of the same name, or one that could not be cached, with why. Best effort: the index may be busy."""
+        if self.cache.index is None or self.cache.read_only:
+            return
+        nearest, differs = None, ()
+        try:
+            from ..core.index import misses
+
+            if key is not None:
+                rows = self.cache.index.rows("kind = ? AND name = ? AND key != ?", (KIND, name, key.key),
+                                             order="created DESC LIMIT 1")
+                header = self.cache.entry_header(rows[0].key) if rows else None
+                if header is not None:
+                    nearest = header.key
+                    differs = tuple(part for part in keying.PART_ORDER if header.key_parts.get(part) != key.parts[part])
+                    log.info("graphcache trace miss %s: differs from the stored trace %s in %s", name, nearest,
+                             ", ".join(differs))
+            self.cache.record_miss(misses.Miss(time.time(), f"tf.function {name}", key.key if key else "",
+                                               nearest, differs, detail))
+        except Exception:  # an explanation is never worth a failed trace
+            log.debug("graphcache: recording the trace miss of %s failed", name, exc_info=True)
 
     def _failed(self, what: str, exc: BaseException) -> None:
         """An unexpected failure of graphcache's own: strict raises, else warn once and count."""
