@@ -26,7 +26,7 @@ from .compile.compilers import Compiler, GrapplerCompiler
 from .compile.graphs import GraphView, Signature
 from .core import plugins, priority
 from .core.service import EntryService
-from .core.settings import ENV_FUNCTIONS, ENV_XLA, CacheSettings, resolve_flag
+from .core.settings import ENV_FUNCTIONS, ENV_TRACES, ENV_XLA, CacheSettings, resolve_flag
 from .entry import codec, kinds
 from .entry.keyparts import version_id
 from .entry.keyshape import is_key
@@ -75,6 +75,7 @@ class GraphCache(EntryService):
         fleet_hedge: float | str | None = None,
         xla: bool | None = None,
         functions: bool | None = None,
+        traces: bool | None = None,
     ) -> None:
         settings = CacheSettings.resolve(
             strict=strict, read_only=read_only, identity_salt=identity_salt, on_version_change=on_version_change,
@@ -94,6 +95,8 @@ class GraphCache(EntryService):
             plugins.enable(self, "xla")
         if resolve_flag(functions, ENV_FUNCTIONS):  # TF2 functions' first calls (functions/)
             plugins.enable(self, "functions")
+        if resolve_flag(traces, ENV_TRACES):  # TF2 tf.functions' traces (traces/)
+            plugins.enable(self, "traces")
 
     @property
     def identity(self) -> dict[str, Any]:

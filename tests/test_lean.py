@@ -17,7 +17,8 @@ from .helpers import run_python
 # remote tier, management (audit, selection, filters, stats), the miss pipeline, and third-party packages
 # only those use.
 NOT_ON_THE_HIT_PATH = (
-    "graphcache.xla", "graphcache.functions", "graphcache.explain", "graphcache.session", "graphcache.share",
+    "graphcache.xla", "graphcache.functions", "graphcache.traces", "graphcache.explain", "graphcache.session",
+    "graphcache.share",
     "graphcache.cli", "graphcache.accelerate", "graphcache.store.remote", "graphcache.core.tier",
     "graphcache.core.index.audit", "graphcache.core.selection", "graphcache.core.filters", "graphcache.core.stats",
     "graphcache.compile.pipeline", "graphcache.compile.validation", "graphcache.core.index.misses",

@@ -54,6 +54,7 @@ def stats_json(stats: Stats, root: Path, exists: bool, versions: list[dict[str, 
         "versions": versions,
         "remote": remote_url() or None, "remote_hits": stats.remote_hits, "remote_errors": stats.remote_errors,
         "uploads": stats.uploads, "upload_bytes": stats.upload_bytes, **stats.xla, **stats.functions,
+        **stats.traces, "trace_uncacheable_reasons": dict(stats.trace_reasons),
     }
 
 
@@ -96,6 +97,9 @@ def stats_view(stats: Stats, root: Path, exists: bool, versions: list[dict[str, 
                                                 if stats.index_rebuilds else ""))
     uncacheable = [f"{reason} {count}" for reason, count in stats.uncacheable.items() if count]
     view.add_row("Uncacheable", ", ".join(uncacheable) or "none")
+    if stats.traces.get("trace_uncacheable"):  # tf.function traces (traces/): their lookups are in the by-kind table
+        view.add_row("Traces not cached", f"{stats.traces['trace_uncacheable']} (" + ", ".join(
+            f"{reason} {count}" for reason, count in stats.trace_reasons.items()) + ")")
     view.add_row("Version", stats.version or "none recorded yet")
     url = remote_url()
     if url or stats.remote_hits or stats.remote_errors or stats.uploads:

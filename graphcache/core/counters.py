@@ -14,6 +14,9 @@ Uncacheable lookups are counted by reason, from this fixed set:
   unsigned or badly signed while ``GRAPHCACHE_SIGNING_KEY`` is set
 - ``disabled``: ``GRAPHCACHE_DISABLE=1``
 
+tf.function traces that cannot be cached are counted apart (``trace_uncacheable``, TRACE_REASONS), since they
+are not lookups of the cache's graphs.
+
 Every lookup is also counted by the kind of entry it is for (``by_kind``: graph, tf_function, xla,
 saved_model, and any kind added later), in counters named ``kind.<kind>.<stat>``; ``count_lookup`` writes
 those and the older per-kind names (``hits``, ``function_hits``, ``xla_hits``, ...) in one update, so
@@ -38,6 +41,13 @@ REMOTE_COUNTERS = ("remote_hits", "remote_errors", "uploads", "upload_bytes")
 XLA_COUNTERS = ("xla_hits", "xla_compiles", "xla_materialized", "xla_bad_files", "xla_removed", "xla_pulled")
 # TF2 functions (functions/): first calls served from the cache, and first calls TensorFlow optimized itself.
 FUNCTION_COUNTERS = ("function_hits", "function_compiles")
+# tf.function traces (traces/): traces served from the cache, traces that missed (and were stored), and traces
+# that could not be cached at all (``trace_uncacheable``, also by reason: ``trace_uncacheable.<reason>``,
+# TRACE_REASONS). Hits and misses are the tf_trace kind's lookups, under these older-style names too.
+TRACE_COUNTERS = ("trace_hits", "trace_misses", "trace_uncacheable")
+TRACE_UNCACHEABLE = "trace_uncacheable"
+TRACE_REASONS = ("library", "method", "not_a_function", "value", "builtin", "writes_state", "side_effect",
+                 "creates_variables", "capture", "graph", "structure", "signature", "context")
 
 KIND_PREFIX = "kind."
 KIND_STATS = ("hits", "misses", "compiles", "compile_seconds", "saved_seconds")
@@ -49,6 +59,7 @@ LEGACY_NAMES: dict[str, dict[str, str]] = {
     kinds.SAVED_MODEL: {"hits": "hits", "saved_seconds": "saved_seconds"},
     kinds.TF_FUNCTION: {"hits": "function_hits", "compiles": "function_compiles", "saved_seconds": "saved_seconds"},
     kinds.XLA: {"hits": "xla_hits", "compiles": "xla_compiles"},
+    kinds.TF_TRACE: {"hits": "trace_hits", "misses": "trace_misses", "saved_seconds": "saved_seconds"},
 }
 
 

@@ -37,6 +37,7 @@ log = logging.getLogger("graphcache")
 BUILTIN: dict[str, str] = {
     "explain": "graphcache.explain.plugin",  # misses that explain themselves
     "functions": "graphcache.functions",  # TF2 functions' optimized graphs
+    "traces": "graphcache.traces",  # TF2 tf.functions' traces (no Python tracing on a hit)
     "xla": "graphcache.xla",  # TensorFlow's XLA executables
 }
 

@@ -37,6 +37,8 @@ ENV_FLEET_HEDGE = "GRAPHCACHE_FLEET_HEDGE"
 ENV_REDIS_PASSWORD = "GRAPHCACHE_REDIS_PASSWORD"
 ENV_FUNCTIONS = "GRAPHCACHE_FUNCTIONS"  # TF2 functions' optimized graphs (functions/)
 ENV_XLA = "GRAPHCACHE_XLA"  # TensorFlow's XLA executables (xla/)
+ENV_TRACES = "GRAPHCACHE_TRACES"  # TF2 tf.function traces (traces/)
+ENV_TRACE_VERIFY = "GRAPHCACHE_TRACE_VERIFY"  # after a trace hit, trace anyway and compare (traces/)
 ENV_EXPLAIN = "GRAPHCACHE_EXPLAIN"  # log every miss's explanation as a warning (graphcache/explain/)
 ENV_INSTALL = "GRAPHCACHE_INSTALL"  # install() in processes started by `graphcache run` (adoption.py)
 ENV_ACCELERATE = "GRAPHCACHE_ACCELERATE_TRAIN_MODE"  # the accelerate_train_mode those processes get
@@ -85,6 +87,15 @@ def explain_misses() -> bool:
     parse counts as on: whoever set it wants explanations)."""
     try:
         return bool(env_flag(ENV_EXPLAIN))
+    except ValueError:
+        return True
+
+
+def trace_verify() -> bool:
+    """``GRAPHCACHE_TRACE_VERIFY=1``: after a trace hit, trace anyway and compare (traces/); a value that does not
+    parse counts as on: whoever set it wants the check."""
+    try:
+        return bool(env_flag(ENV_TRACE_VERIFY))
     except ValueError:
         return True
 

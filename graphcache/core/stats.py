@@ -13,6 +13,9 @@ from .counters import (
     KIND_STATS,
     REASONS,
     REMOTE_COUNTERS,
+    TRACE_COUNTERS,
+    TRACE_REASONS,
+    TRACE_UNCACHEABLE,
     UNCACHEABLE_PREFIX,
     XLA_COUNTERS,
 )
@@ -86,6 +89,8 @@ class Stats:
     uploads: int = 0
     upload_bytes: int = 0
     functions: dict[str, int] = field(default_factory=dict)
+    traces: dict[str, int] = field(default_factory=dict)  # trace_hits, trace_misses, trace_uncacheable
+    trace_reasons: dict[str, int] = field(default_factory=dict)  # trace_uncacheable by reason (nonzero only)
     by_kind: dict[str, KindStats] = field(default_factory=dict)
 
     @property
@@ -128,6 +133,9 @@ class Stats:
             xla={name: int(counters.get(name, 0)) for name in XLA_COUNTERS},
             max_size=max_size,
             functions={name: int(counters.get(name, 0)) for name in FUNCTION_COUNTERS},
+            traces={name: int(counters.get(name, 0)) for name in TRACE_COUNTERS},
+            trace_reasons={reason: int(counters[f"{TRACE_UNCACHEABLE}.{reason}"]) for reason in TRACE_REASONS
+                           if counters.get(f"{TRACE_UNCACHEABLE}.{reason}")},
             by_kind=kind_breakdown(counters, entries_by_kind or {}),
             **{name: int(counters.get(name, 0)) for name in REMOTE_COUNTERS},
         )

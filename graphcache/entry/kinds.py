@@ -20,6 +20,7 @@ XLA = "xla"  # one of TensorFlow's XLA executables (graphcache/xla/)
 TF_FUNCTION = "tf_function"  # a tf.function's optimized graph (graphcache/functions/)
 TF_FUNCTION_ALIAS = "tf_function_alias"  # a fast key (exact bytes of the call) -> its tf_function entry's key
 GRAPH_ALIAS = "graph_alias"  # a fast key (exact bytes of a node-heavy graph) -> its graph entry's key
+TF_TRACE = "tf_trace"  # a tf.function's trace: its function library and signatures (graphcache/traces/)
 
 # Kinds whose payload names another entry that must travel with it (bundles export both).
 ALIASES = (SAVED_MODEL, TF_FUNCTION_ALIAS, GRAPH_ALIAS)

@@ -1,0 +1,140 @@
+"""tf.function traces (graphcache/traces/): the first call of a deep function, plain vs served from the cache.
+
+Workload: ``deep8k``, the tf.function of functions_bench.py (a deep stack of slices, concats and arithmetic on
+an 8x8 tensor, ~8,000 nodes) plus a matmul with a captured tf.Variable. Each variant of each run in a FRESH
+process, medians over ``--runs``:
+
+- ``plain``: TensorFlow alone;
+- ``cold`` / ``warm``: ``GraphCache(dir, traces=True)``, an empty dir, then the same dir in a new process
+  (the hit rebuilds the ConcreteFunction from the stored library: no Python tracing);
+- ``cold_all`` / ``warm_all``: ``GraphCache(dir, traces=True, functions=True)``: on the warm run both the
+  trace and the optimization of the first call come from the cache.
+
+Phases: ``first`` (the first ``deep(x)``: trace or restore, instantiation, the first run), ``key`` (the
+trace key: walk + parts, inside ``first``), ``restore`` (rebuilding the ConcreteFunction on a hit, inside
+``first``), ``steady`` (a later call), ``enable`` (``import graphcache`` + opening the GraphCache; TensorFlow's
+import is outside every timer). Outputs are checked equal to plain TensorFlow's.
+
+    python benchmarks/trace_bench.py                    # 3 runs of every variant
+    python benchmarks/trace_bench.py --runs 1 --blocks 100 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+
+VARIANTS = ("plain", "cold", "warm", "cold_all", "warm_all")
+DEEP_BLOCKS = 570  # -> ~8,000 nodes
+PHASES = ("first", "key", "restore", "steady", "enable")
+
+
+def child_run(variant: str, directory: str, blocks: int) -> dict[str, Any]:
+    """(child) One fresh process: the first and a later call of the deep function under ``variant``."""
+    tf = common.warm_up()
+    import numpy as np
+
+    timings: dict[str, Any] = {"key": 0.0, "restore": 0.0}
+    cache = None
+    if variant != "plain":
+        start = time.perf_counter()
+        import graphcache
+
+        cache = graphcache.GraphCache(directory, traces=True, functions=variant.endswith("_all"))
+        timings["enable"] = time.perf_counter() - start
+        _time_phases(timings)
+    w = tf.Variable(np.linspace(-1.0, 1.0, 64, dtype=np.float32).reshape(8, 8))
+
+    @tf.function
+    def deep(x):
+        y = x
+        for _ in range(blocks):
+            y = tf.concat([y[:, 1:], y[:, :1]], axis=1) * 0.5 + 0.1
+        return tf.reduce_sum(tf.matmul(y, w))
+
+    x = tf.reshape(tf.range(64, dtype=tf.float32) / 64.0, [8, 8])
+    start = time.perf_counter()
+    out = float(deep(x).numpy())
+    timings["first"] = time.perf_counter() - start
+    start = time.perf_counter()
+    deep(x).numpy()
+    timings["steady"] = time.perf_counter() - start
+    timings["nodes"] = len(deep.get_concrete_function(x).function_def.node_def)
+    if cache is not None:
+        cache.wait_for_writes()
+        stats = cache.stats()
+        timings.update(trace_hits=stats.traces["trace_hits"], function_hits=stats.functions["function_hits"])
+    return {"out": out, "timings": timings}
+
+
+def _time_phases(timings: dict[str, Any]) -> None:
+    """Time the key and the restore inside the first call (wrapping the two functions the hook calls)."""
+    from graphcache.traces import keying, stored
+
+    for module, name, phase in ((keying, "compute", "key"), (stored, "restore", "restore")):
+        original = getattr(module, name)
+
+        def timed(*args: Any, _original: Any = original, _phase: str = phase, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                timings[_phase] += time.perf_counter() - start
+
+        setattr(module, name, timed)
+
+
+def run(runs: int, blocks: int, log: Any = print) -> dict[str, Any]:
+    results: dict[str, list[dict[str, Any]]] = {variant: [] for variant in VARIANTS}
+    for index in range(runs):
+        dirs = {kind: tempfile.mkdtemp(prefix=f"trace-bench-{kind}-") for kind in ("traces", "all")}
+        try:
+            for variant in VARIANTS:
+                directory = dirs["all" if variant.endswith("_all") else "traces"]
+                result = common.run_function("trace_bench", "child_run", variant=variant, directory=directory,
+                                             blocks=blocks)
+                results[variant].append(result)
+                log(f"run {index + 1}/{runs} {variant:9s} first {result['timings']['first']:.3f}s")
+        finally:
+            for directory in dirs.values():
+                shutil.rmtree(directory, ignore_errors=True)
+    outputs = {result["out"] for rows in results.values() for result in rows}
+    assert len(outputs) == 1, f"outputs differ between variants: {outputs}"
+    summary = {variant: common.medians([row["timings"] for row in rows]) for variant, rows in results.items()}
+    return {"blocks": blocks, "runs": runs, "medians": summary, "machine": common.machine_info()}
+
+
+def table(result: dict[str, Any]) -> str:
+    rows = [["variant", *PHASES, "vs plain"]]
+    plain = result["medians"]["plain"].get("first")
+    for variant, figures in result["medians"].items():
+        rows.append([variant, *(common.fmt_seconds(figures.get(phase)) for phase in PHASES),
+                     common.fmt_ratio(common.ratio(figures.get("first"), plain))])
+    nodes = int(result["medians"]["plain"].get("nodes", 0))
+    return f"deep function, {nodes} nodes, medians of {result['runs']} fresh processes\n" + common.text_table(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--blocks", type=int, default=DEEP_BLOCKS)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    result = run(args.runs, args.blocks)
+    print(table(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""TF2 traces cached: a later process gets a plain tf.function's ConcreteFunction without Python tracing.
+
+``enable(cache)`` (a plugin, core/plugins.py: ``GraphCache(traces=True)`` or ``GRAPHCACHE_TRACES=1`` enable
+it through ``plugins.enable(cache, "traces")``; opt-in in this slice) makes every top-level trace of a
+``tf.function`` look its key up first: the Python function's code and everything it reaches, the plain
+values it reads, its variables by dtype and shape, the arguments' TraceTypes, the tracing options, the
+versions and the compiler identity, all computed before tracing. A hit rebuilds the ConcreteFunction
+from the stored function library bound to this process's variables (no Python runs); with the functions
+plugin on, its first call is then served from the cache too (tracing and optimization both skipped).
+Anything the key cannot cover is traced every time and counted ``trace_uncacheable`` with its reason.
+
+Modules, one job each:
+
+- ``walk``: the Python side of the key (code, reached functions and classes, plain values, variables);
+- ``keying``: the key's named parts, and where a trace can be cached at all;
+- ``stored``: the entry payload (function library + signatures + captures), its checks, the rebuild;
+- ``hook``: the wrapper of ``tracing_compilation._create_concrete_function`` and the hit / miss flows.
+
+Entries (through the cache's entry service, so ls/purge/evict/verify/export/import/push cover them):
+``kind="tf_trace"``: key = keying.py's; payload = stored.py's; ``compile_seconds`` = the trace's seconds;
+``extra = {"function", "functions", "nodes", "captures"}``.
+
+``GRAPHCACHE_TRACE_VERIFY=1`` traces anyway after every hit and compares (hook.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from .. import runtime
+from ..core import settings
+from ..core.failures import warn_once
+from ..core.service import EntryService
+from .hook import KIND, PLUGIN, TraceCache
+
+ENV_TRACES = settings.ENV_TRACES
+NAME = PLUGIN
+
+_lock = threading.Lock()
+
+
+def requested(explicit: bool | None = None) -> bool:
+    """Whether trace caching is asked for: the argument, else ``GRAPHCACHE_TRACES``, else False."""
+    return settings.resolve_flag(explicit, ENV_TRACES)
+
+
+def active() -> TraceCache | None:
+    """The trace cache this process's tf.function traces go through (None when none is)."""
+    return runtime.state.plugins.get(NAME)
+
+
+def enable(cache: EntryService, *, replace: bool = False) -> TraceCache | None:
+    """Cache the traces of tf.functions in ``cache`` from now on (idempotent; one cache per process, as the
+    functions plugin: a second enable with another dir warns and keeps the first unless ``replace``).
+    Functions traced before enable keep their traces. Returns None for a disabled cache."""
+    if cache.disabled:
+        return None
+    with _lock:
+        current = active()
+        if current is not None and current.cache is not cache:
+            if replace:
+                current.release()
+                current = None
+            elif current.cache.cache_dir != cache.cache_dir:
+                warn_once("traces_second_enable", f"graphcache: tf.function traces are already cached in "
+                                                  f"{current.cache.cache_dir}; not switching to {cache.cache_dir}")
+        if current is not None:
+            return current
+        current = runtime.state.plugins[NAME] = TraceCache(cache)
+        _install()
+        return current
+
+
+def disable() -> None:
+    """Stop caching traces (the wrapper stays installed and passes every trace through)."""
+    current = active()
+    if current is not None:
+        current.release()
+
+
+def _install() -> None:
+    """Wrap ``tracing_compilation._create_concrete_function`` once per process (see hook.py for why there)."""
+    patched = runtime.state.patched
+    if NAME in patched:
+        return
+    from tensorflow.python.eager.polymorphic_function import tracing_compilation
+
+    original = tracing_compilation._create_concrete_function
+
+    def create_concrete_function(function_type: Any, type_context: Any, func_graph: Any, tracing_options: Any) -> Any:
+        trace_cache = runtime.state.plugins.get(NAME)
+        if trace_cache is None:
+            return original(function_type, type_context, func_graph, tracing_options)
+        return trace_cache.create(original, function_type, type_context, func_graph, tracing_options)
+
+    create_concrete_function.__wrapped__ = original  # type: ignore[attr-defined]
+    tracing_compilation._create_concrete_function = create_concrete_function
+    patched[NAME] = original
+
+
+__all__ = ["ENV_TRACES", "KIND", "TraceCache", "active", "disable", "enable", "requested"]

@@ -1,0 +1,292 @@
+"""The hook: a tf.function's trace served from the cache (no Python runs), or traced and stored.
+
+Hook point. Every trace of a ``tf.function`` (polymorphic_function.Function) for an input signature its
+in-process function cache does not have ends in ``tracing_compilation._create_concrete_function``
+(function_type, type_context, func_graph, tracing_options), called by ``_maybe_define_function`` after
+the cache lookup missed and before it adds the result to that cache. It is the narrowest point that sees
+the Python function (inside ``tracing_options.python_function``'s TensorFlow decorators), the arguments'
+TraceTypes (``function_type``, generalized already when reduce_retracing asks for it) and the options.
+graphcache wraps it; what it returns TensorFlow caches and calls as its own trace, so later calls in
+the process never come back here.
+
+A trace (only a top-level one, in eager mode: traces nested inside another trace are that trace's):
+
+1. finds the user's function: the target of the two decorators tf.function puts around it (its
+   variable-creator scope and autograph). A method (tf.function's bound-method wrapper), a partial, a
+   callable object or library code (Keras' and tf.data's own functions) is not cached in this slice;
+2. computes the key (keying.py, walk.py) or refuses (``Uncacheable``: counted ``trace_uncacheable`` and
+   by reason, logged at INFO) and traces as TensorFlow does;
+3. hit: the stored trace is rebuilt bound to this process's variables (stored.py) and returned; with
+   ``GRAPHCACHE_TRACE_VERIFY=1`` the function is traced anyway and the two compared (canonical function
+   libraries, captures, signatures): a difference is logged as an ERROR, warned about (raised in strict
+   mode), the entry removed, and the fresh trace used;
+4. miss: the function is traced under a variable creator that notes every variable created; a trace that
+   created variables, changed a value it read (walked again afterwards), or that stored.py refuses, is not
+   stored. Otherwise the entry is written in the background (the function library is read and checked
+   there), off the caller's path.
+
+Fail open: a failure of graphcache's own warns once, is counted, and the function is traced normally.
+Errors of the trace itself (the user's code) reach the caller unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import types
+from typing import Any
+
+from tensorflow.python.eager.polymorphic_function import tracing_compilation
+from tensorflow.python.framework import ops
+from tensorflow.python.ops import variable_scope
+from tensorflow.python.util import tf_decorator
+
+from .. import runtime
+from ..core import settings
+from ..core.counters import TRACE_UNCACHEABLE
+from ..core.service import EntryService
+from ..entry import codec, kinds
+from ..entry.keyparts import hash_json
+from ..errors import CacheIOError, CorruptEntryError
+from . import keying, stored
+from .walk import Uncacheable, is_library
+
+log = logging.getLogger("graphcache")
+
+PLUGIN = "traces"  # this plugin's name: its TraceCache is runtime.state.plugins[PLUGIN]
+KIND = kinds.TF_TRACE
+SCOPE_DECORATOR = "_generate_scoped_tracing_options"  # tf.function's variable-creator scope around the function
+AUTOGRAPH_DECORATOR = "py_func_from_autograph"
+TRACED_SCOPES = (tracing_compilation.ScopeType.VARIABLE_CREATION, tracing_compilation.ScopeType.NO_VARIABLE_CREATION)
+
+
+def user_function(tracing_options: Any) -> types.FunctionType | None:
+    """The user's Python function a tf.function traces; None for traces that are not a tf.function's (TensorFlow's
+    own: variable initializers, control flow, ...). Raises Uncacheable for functions this slice leaves alone."""
+    if tracing_options.scope_type not in TRACED_SCOPES:
+        return None
+    decorators, target = tf_decorator.unwrap(tracing_options.python_function)
+    names = [decorator.decorator_name for decorator in decorators]
+    if not names or names[0] != SCOPE_DECORATOR:
+        return None
+    if names[1:] not in ([], [AUTOGRAPH_DECORATOR]):
+        raise Uncacheable("method", f"it is wrapped by {', '.join(names[1:])} (a method: its object is not keyed)")
+    if not isinstance(target, types.FunctionType):
+        raise Uncacheable("not_a_function", f"it traces a {type(target).__name__}, not a Python function")
+    if is_library(getattr(target, "__module__", None) or ""):
+        raise Uncacheable("library", f"{target.__module__}.{target.__qualname__} is library code (Keras, tf.data, ...)")
+    return target
+
+
+class TraceCache:
+    """The trace logic of one cache (one per process: see __init__.enable)."""
+
+    def __init__(self, cache: EntryService) -> None:
+        self.cache = cache
+        self.verify = settings.trace_verify()
+        self._identity_hash: str | None = None
+
+    def release(self) -> None:
+        """Stop serving this process's traces (runtime.reset, a replacing enable): the wrapper passes them on."""
+        with runtime.state.lock:
+            if runtime.state.plugins.get(PLUGIN) is self:
+                del runtime.state.plugins[PLUGIN]
+
+    def identity_hash(self) -> str:
+        if self._identity_hash is None:
+            self._identity_hash = hash_json(self.cache.identity)
+        return self._identity_hash
+
+    def wait_for_writes(self, timeout: float | None = None) -> bool:
+        return self.cache.wait_for_writes(timeout)
+
+    # -- the wrapper -------------------------------------------------------------------------------------------
+    def create(self, original: Any, function_type: Any, type_context: Any, func_graph: Any,
+               tracing_options: Any) -> Any:
+        """``_create_concrete_function`` through the cache (``original`` is TensorFlow's)."""
+        def trace() -> Any:
+            return original(function_type, type_context, func_graph, tracing_options)
+
+        if ops.inside_function():  # a tf.function called while another is traced: part of that trace
+            return trace()
+        name = tracing_options.name
+        try:
+            root = user_function(tracing_options)
+            if root is None:
+                return trace()
+            function_context_now = keying.check_context(tracing_options.scope_type)
+            key = keying.compute(root, function_type, tracing_options, function_context_now, self.identity_hash())
+            found = self._lookup(key)
+        except Uncacheable as exc:
+            self._uncacheable(name, exc)
+            return trace()
+        except RecursionError:
+            self._uncacheable(name, Uncacheable("value", "what it reads is nested too deeply to key"))
+            return trace()
+        except CacheIOError:
+            raise
+        except Exception as exc:  # a TensorFlow or Python surprise: never the user's problem
+            self._failed(f"keying the trace of {name}", exc)
+            return trace()
+        if found is not None:
+            restored = self._restore(key, found, function_type, type_context, name)
+            if restored is not None:
+                concrete, seconds = restored
+                stale = self._stale(key, found[1], trace, name) if self.verify else None
+                if stale is not None:
+                    return stale
+                self.cache.count_lookup(KIND, hits=1, saved_seconds=max(0.0, found[0].compile_seconds - seconds))
+                log.info("graphcache trace hit %s key=%s %.3fs", name, key.key, seconds)
+                return concrete
+        return self._miss(key, root, trace, name)
+
+    # -- hit -----------------------------------------------------------------------------------------------
+    def _lookup(self, key: keying.TraceKey) -> tuple[codec.EntryHeader, stored.StoredTrace] | None:
+        entry = self.cache.read_entry(key.key, kind=KIND)
+        if entry is None:
+            return None
+        header, payload = entry
+        try:
+            return header, stored.decode(payload)
+        except CorruptEntryError as exc:
+            self.cache.discard_corrupt(key.key, exc)
+            return None
+
+    def _restore(self, key: keying.TraceKey, found: tuple[codec.EntryHeader, stored.StoredTrace], function_type: Any,
+                 type_context: Any, name: str) -> tuple[Any, float] | None:
+        trace = found[1]
+        captures = stored.bind(trace, key.walk.bindings)
+        if captures is None:  # the key covers every capture's dtype and shape: only a damaged entry gets here
+            self.cache.discard_corrupt(key.key, CorruptEntryError("its captures do not fit this process's objects"))
+            return None
+        start = time.perf_counter()
+        try:
+            concrete = stored.restore(trace, captures, function_type, type_context)
+        except CacheIOError:
+            raise
+        except Exception as exc:
+            self.cache.discard_corrupt(key.key, CorruptEntryError(
+                f"the stored trace of {name} does not restore ({type(exc).__name__}: {exc})"))
+            return None
+        return concrete, time.perf_counter() - start
+
+    def _stale(self, key: keying.TraceKey, trace: stored.StoredTrace, fresh_trace: Any, name: str) -> Any:
+        """GRAPHCACHE_TRACE_VERIFY: trace anyway and compare; the fresh trace when they differ, else None."""
+        fresh = fresh_trace()
+        problems = []
+        if trace.canonical_hash() != stored.fresh_hash(fresh):
+            problems.append("its function library differs")
+        try:
+            described = stored.describe(fresh, key.walk.bindings)
+            if described.captures != trace.captures:
+                problems.append(f"its captures differ ({trace.captures} stored, {described.captures} traced)")
+            if (described.inputs, described.outputs) != (trace.inputs, trace.outputs):
+                problems.append("its input or output signature differs")
+        except Uncacheable as exc:
+            problems.append(f"a fresh trace is not cacheable ({exc})")
+        if not problems:
+            log.info("graphcache: trace hit %s verified against a fresh trace", name)
+            return None
+        log.error("graphcache: the cached trace of %s (entry %s) differs from a fresh trace: %s; using the fresh "
+                  "trace and removing the entry", name, key.key, "; ".join(problems))
+        self.cache.discard_corrupt(key.key, CorruptEntryError(f"a stale trace of {name}: {'; '.join(problems)}"))
+        return fresh
+
+    # -- miss ----------------------------------------------------------------------------------------------
+    def _miss(self, key: keying.TraceKey, root: types.FunctionType, trace: Any, name: str) -> Any:
+        created: list[str] = []
+
+        def note_creation(next_creator: Any, **kwargs: Any) -> Any:
+            created.append(str(kwargs.get("name") or "variable"))
+            return next_creator(**kwargs)
+
+        start = time.perf_counter()
+        with variable_scope.variable_creator_scope(note_creation):
+            concrete = trace()
+        seconds = time.perf_counter() - start
+        try:
+            if created:
+                raise Uncacheable("creates_variables", f"its trace creates variables ({', '.join(created)})")
+            if not keying.same_reads(key.walk, root):
+                raise Uncacheable("side_effect", "its trace changed a value it reads (appended to a list, ...)")
+            described = stored.describe(concrete, key.walk.bindings)
+        except Uncacheable as exc:
+            self._uncacheable(name, exc)
+            return concrete
+        except CacheIOError:
+            raise
+        except Exception as exc:
+            self._failed(f"describing the trace of {name}", exc)
+            return concrete
+        self.cache.count_lookup(KIND, misses=1, compiles=1, compile_seconds=seconds)
+        if self.cache.read_only:
+            self.cache.count_uncacheable("read_only")
+        elif self.cache.strict:  # failures must reach the caller
+            self._store(key, described, concrete, seconds, name)
+        else:  # reading the library and writing the entry overlap with the caller's first call
+            handed_over = threading.Lock()
+            handed_over.acquire()
+            self.cache.start_write(self._store_fail_open, key, described, concrete, seconds, name, lock=handed_over)
+        return concrete
+
+    def _store_fail_open(self, key: keying.TraceKey, described: stored.Described, concrete: Any, seconds: float,
+                         name: str) -> None:
+        try:
+            self._store(key, described, concrete, seconds, name)
+        except Exception as exc:
+            self._failed(f"storing the trace of {name}", exc)
+
+    def _store(self, key: keying.TraceKey, described: stored.Described, concrete: Any, seconds: float,
+               name: str) -> None:
+        """Write the entry (``concrete`` is held so that its functions stay in the eager context meanwhile)."""
+        del concrete
+        self._record_miss(name, key)
+        library = stored.library_of(described.name)
+        try:
+            stored.check_graph(library)
+        except Uncacheable as exc:
+            self._uncacheable(name, exc)
+            return
+        payload = stored.encode(described, library)
+        header = codec.EntryHeader(
+            key=key.key, version=self.cache.version, identity=self.cache.identity, name=name, kind=KIND,
+            created=time.time(), compile_seconds=seconds, key_parts=key.parts,
+            extra={"function": described.name, "functions": len(library.function),
+                   "nodes": sum(len(fdef.node_def) for fdef in library.function), "captures": len(described.captures)})
+        if self.cache.write_entry(header, payload):
+            log.info("graphcache trace stored %s key=%s %.3fs", name, key.key, seconds)
+
+    # -- refusals and failures -----------------------------------------------------------------------------
+    def _uncacheable(self, name: str, exc: Uncacheable) -> None:
+        log.info("graphcache: the trace of %s is not cached (%s): %s", name, exc.reason, exc.detail)
+        self.cache.count(**{TRACE_UNCACHEABLE: 1, f"{TRACE_UNCACHEABLE}.{exc.reason}": 1})
+        self._record_miss(name, None, f"trace not cacheable ({exc.reason}): {exc.detail}")
+
+    def _record_miss(self, name: str, key: keying.TraceKey | None, detail: str = "") -> None:
+        """``graphcache misses``: a trace that missed, with the key parts it differs in from the newest stored trace
+        of the same name, or one that could not be cached, with why. Best effort: the index may be busy."""
+        if self.cache.index is None or self.cache.read_only:
+            return
+        nearest, differs = None, ()
+        try:
+            from ..core.index import misses
+
+            if key is not None:
+                rows = self.cache.index.rows("kind = ? AND name = ? AND key != ?", (KIND, name, key.key),
+                                             order="created DESC LIMIT 1")
+                header = self.cache.entry_header(rows[0].key) if rows else None
+                if header is not None:
+                    nearest = header.key
+                    differs = tuple(part for part in keying.PART_ORDER if header.key_parts.get(part) != key.parts[part])
+                    log.info("graphcache trace miss %s: differs from the stored trace %s in %s", name, nearest,
+                             ", ".join(differs))
+            self.cache.record_miss(misses.Miss(time.time(), f"tf.function {name}", key.key if key else "",
+                                               nearest, differs, detail))
+        except Exception:  # an explanation is never worth a failed trace
+            log.debug("graphcache: recording the trace miss of %s failed", name, exc_info=True)
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        """An unexpected failure of graphcache's own: strict raises, else warn once and count."""
+        self.cache.failure("trace_error", what, exc, consequence="the function is traced without the cache",
+                           uncacheable=False)

@@ -1,0 +1,243 @@
+"""A stored trace: what a ConcreteFunction is besides the Python that traced it, and how one is rebuilt.
+
+Payload (``kind="tf_trace"``)::
+
+    b"GCTRACE1" | u32 big-endian length of the metadata | metadata (JSON) | FunctionDefLibrary (proto)
+
+The library holds the traced function first, then every function it reaches (nested tf.functions,
+control-flow bodies), under the names the tracing process gave them. The metadata: ``function`` (the
+traced function's name), ``inputs`` and ``outputs`` (the structured input signature and the output
+specs, TensorFlow's ``nested_structure_coder`` protos, base64), ``captures`` (per captured input, in
+the trace's order: the walk path of the object it was, ``variable`` or ``tensor``, its dtype and shape),
+``arg_keywords`` and ``positional`` (the flat calling convention).
+
+Rebuilding is the SavedModel loader's path (``function_deserialization.load_function_def_library``: every
+function renamed, so a restored library never collides with what this process traced itself, and
+gradients of nested calls restored), then the captures bound as ``restore_captures`` binds a loaded
+object's (this process's variables' handles and eager tensors, each checked by dtype and shape first),
+the FunctionType TensorFlow's own trace would have (this call's parameters, the captures, the outputs)
+and the calling convention. No Python runs.
+
+What a stored trace cannot carry is refused when the trace is described (``Uncacheable``): captures the
+walk did not reach (the key would not cover them), call-time (by-reference) captures, outputs that are
+neither tensors nor None, ops that call back into this process's Python (py_function) or share a
+resource by name, and custom gradients (registered in the tracing process only).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from tensorflow.core.framework import function_pb2
+from tensorflow.core.function import trace_type
+from tensorflow.core.function.capture import restore_captures
+from tensorflow.core.function.polymorphism import function_type as function_type_lib
+from tensorflow.core.protobuf import saved_object_graph_pb2, struct_pb2
+from tensorflow.python.eager import context
+from tensorflow.python.eager.polymorphic_function import concrete_function as concrete_function_lib
+from tensorflow.python.framework import dtypes, op_def_registry
+from tensorflow.python.framework import tensor as tensor_lib
+from tensorflow.python.ops import resource_variable_ops
+from tensorflow.python.saved_model import function_deserialization, nested_structure_coder
+from tensorflow.python.util import nest
+
+from ..compile.functionlib import canonical_function_hash, op_types, reachable_library
+from ..errors import CorruptEntryError
+from .walk import Uncacheable
+
+MAGIC = b"GCTRACE1"
+PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})  # a token into the tracing process
+CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
+GRADIENT_ATTR = "_gradient_op_type"
+
+
+@dataclass
+class Described:
+    """A fresh trace, described on the caller's thread (cheap); ``library`` is filled in when it is stored."""
+
+    name: str  # the traced function's FunctionDef name
+    captures: list[list[Any]]  # [path, "variable" | "tensor", dtype enum, shape (list or None)]
+    inputs: bytes
+    outputs: bytes
+    arg_keywords: list[str]
+    positional: int
+
+
+@dataclass
+class StoredTrace:
+    function: str
+    library: function_pb2.FunctionDefLibrary
+    captures: list[list[Any]]
+    inputs: bytes
+    outputs: bytes
+    arg_keywords: list[str]
+    positional: int
+
+    @property
+    def main(self) -> function_pb2.FunctionDef:
+        return self.library.function[0]
+
+    def canonical_hash(self) -> str:
+        return canonical_function_hash(self.main, {f.signature.name: f for f in self.library.function[1:]})
+
+
+def _shape(shape: Any) -> list[Any] | None:
+    return None if shape.rank is None else [None if d is None else int(d) for d in shape.as_list()]
+
+
+def capture_paths(concrete: Any, bindings: dict[str, Any]) -> list[list[Any]]:
+    """Each captured input of a fresh trace named by the walk path it was reached by; refuses captures the
+    walk did not reach, and call-time captures."""
+    graph = concrete.graph
+    if graph.deferred_external_captures or graph.function_captures.by_ref_external or \
+            graph.function_captures.control:
+        raise Uncacheable("capture", "it captures values by reference (capture_call_time_value) or control inputs")
+    by_id: dict[int, tuple[str, str]] = {}
+    for path, obj in bindings.items():
+        if isinstance(obj, resource_variable_ops.BaseResourceVariable):
+            by_id.setdefault(id(obj.handle), (path, "variable"))
+        else:
+            by_id.setdefault(id(obj), (path, "tensor"))
+    described = []
+    for captured in concrete.captured_inputs:
+        found = by_id.get(id(captured))
+        if found is None:
+            raise Uncacheable("capture", f"it captures a {captured.dtype.name} tensor its code does not name "
+                                         "(through an object or a library)")
+        path, kind = found
+        obj = bindings[path]
+        described.append([path, kind, obj.dtype.as_datatype_enum, _shape(obj.shape)])
+    variable_ids = {id(obj) for obj in bindings.values()}
+    if any(id(variable) not in variable_ids for variable in graph.variables):
+        raise Uncacheable("capture", "it uses a variable its code does not name")
+    return described
+
+
+def _output_spec(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, tensor_lib.Tensor):
+        return tensor_lib.TensorSpec(value.shape, value.dtype)
+    raise Uncacheable("structure", f"it returns a {type(value).__name__} (tensors and None are cached)")
+
+
+def describe(concrete: Any, bindings: dict[str, Any]) -> Described:
+    """What a fresh trace's entry needs besides its library (raises Uncacheable)."""
+    captures = capture_paths(concrete, bindings)
+    outputs = nest.map_structure(_output_spec, concrete.structured_outputs)
+    try:
+        inputs = nested_structure_coder.encode_structure(concrete.structured_input_signature)
+        encoded_outputs = nested_structure_coder.encode_structure(outputs)
+    except nested_structure_coder.NotEncodableError as exc:
+        raise Uncacheable("structure", f"its signature cannot be stored ({exc})") from None
+    return Described(concrete.function_def.signature.name, captures, inputs.SerializeToString(),
+                     encoded_outputs.SerializeToString(), [str(k) for k in concrete._arg_keywords],
+                     int(concrete._num_positional_args))
+
+
+def library_of(name: str) -> function_pb2.FunctionDefLibrary:
+    """The traced function and every function of the eager context it reaches, itself first."""
+    ctx = context.context()
+    fdef = ctx.get_function_def(name)
+    library = function_pb2.FunctionDefLibrary()
+    library.function.add().CopyFrom(fdef)
+    reached = reachable_library(ctx, fdef, op_types(fdef))
+    for callee in sorted(reached):
+        library.function.add().CopyFrom(reached[callee])
+    return library
+
+
+def check_graph(library: function_pb2.FunctionDefLibrary) -> None:
+    """Refuses libraries a restore could not reproduce in another process (see the module docstring)."""
+    for fdef in library.function:
+        for node in fdef.node_def:
+            if node.op in PYTHON_OPS:
+                raise Uncacheable("graph", f"{fdef.signature.name} calls Python ({node.op}: tf.py_function)")
+            if GRADIENT_ATTR in node.attr and node.op not in CALL_OPS:
+                raise Uncacheable("graph", f"{fdef.signature.name} has a custom gradient ({node.name})")
+            op_def = op_def_registry.get(node.op)
+            if op_def is not None and any(attr.name == "shared_name" for attr in op_def.attr):
+                raise Uncacheable("graph", f"{fdef.signature.name} has a resource shared by name ({node.op})")
+
+
+def encode(described: Described, library: function_pb2.FunctionDefLibrary) -> bytes:
+    meta = {"function": described.name, "captures": described.captures,
+            "inputs": base64.b64encode(described.inputs).decode(), "outputs": base64.b64encode(described.outputs).decode(),
+            "arg_keywords": described.arg_keywords, "positional": described.positional}
+    data = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
+    return MAGIC + struct.pack(">I", len(data)) + data + library.SerializeToString(deterministic=True)
+
+
+def decode(payload: bytes | memoryview) -> StoredTrace:
+    """A payload's trace; CorruptEntryError when it is not one."""
+    data = bytes(payload)
+    if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 4:
+        raise CorruptEntryError("payload is not a stored trace")
+    (size,) = struct.unpack(">I", data[len(MAGIC):len(MAGIC) + 4])
+    start = len(MAGIC) + 4
+    try:
+        meta = json.loads(data[start:start + size])
+        library = function_pb2.FunctionDefLibrary.FromString(data[start + size:])
+        trace = StoredTrace(meta["function"], library, meta["captures"], base64.b64decode(meta["inputs"]),
+                            base64.b64decode(meta["outputs"]), list(meta["arg_keywords"]), int(meta["positional"]))
+    except Exception as exc:  # JSON, protobuf, a missing field: all mean the bytes are not what was stored
+        raise CorruptEntryError(f"stored trace does not decode: {type(exc).__name__}: {exc}") from None
+    if not trace.library.function or trace.main.signature.name != trace.function:
+        raise CorruptEntryError("stored trace's library does not start with its function")
+    return trace
+
+
+def bind(trace: StoredTrace, bindings: dict[str, Any]) -> list[Any] | None:
+    """This process's objects for the trace's captures, in its order, each checked by kind, dtype and
+    shape; None when one is missing or does not fit (then the trace is not used)."""
+    bound = []
+    for path, kind, dtype, shape in trace.captures:
+        obj = bindings.get(path)
+        if obj is None or (kind == "variable") != isinstance(obj, resource_variable_ops.BaseResourceVariable):
+            return None
+        if obj.dtype != dtypes.as_dtype(dtype) or _shape(obj.shape) != shape:
+            return None
+        bound.append(obj)
+    return bound
+
+
+def _decoded(data: bytes) -> Any:
+    return nested_structure_coder.decode_proto(struct_pb2.StructuredValue.FromString(data))
+
+
+def restore(trace: StoredTrace, captures: list[Any], function_type: Any, type_context: Any) -> Any:
+    """The ConcreteFunction of a stored trace, bound to ``captures`` (bind()), typed for ``function_type``."""
+    library = function_pb2.FunctionDefLibrary()
+    library.CopyFrom(trace.library)  # the loader renames in place
+    objects = saved_object_graph_pb2.SavedObjectGraph()
+    saved = objects.concrete_functions[trace.function]
+    saved.canonicalized_input_signature.ParseFromString(trace.inputs)
+    saved.output_signature.ParseFromString(trace.outputs)
+    concrete = function_deserialization.load_function_def_library(library, saved_object_graph=objects)[trace.function]
+    restore_captures.restore_captures(concrete, captures)
+    graph = concrete.graph
+    outputs = iter(graph.outputs)
+    graph.structured_outputs = nest.map_structure(lambda spec: None if spec is None else next(outputs),
+                                                  _decoded(trace.outputs))
+    output_type = trace_type.from_value(graph.structured_outputs, type_context)
+    concrete._function_type = function_type_lib.FunctionType(  # the type TensorFlow's trace would have
+        function_type.parameters.values(), graph.function_captures.capture_types, return_annotation=output_type)
+    concrete._arg_keywords = list(trace.arg_keywords)
+    concrete._num_positional_args = trace.positional
+    # As a trace's own (shared_func_graph=False): the graph goes with the function unless TensorFlow releases it.
+    concrete._garbage_collector = concrete_function_lib.ConcreteFunctionGarbageCollector(graph)
+    return concrete
+
+
+def fresh_hash(concrete: Any) -> str:
+    """The canonical hash of a fresh trace's library (what GRAPHCACHE_TRACE_VERIFY compares)."""
+    library = library_of(concrete.function_def.signature.name)
+    return canonical_function_hash(library.function[0], {f.signature.name: f for f in library.function[1:]})
+
+
+__all__ = ["Described", "StoredTrace", "bind", "check_graph", "decode", "describe", "encode", "fresh_hash",
+           "library_of", "restore"]

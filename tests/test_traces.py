@@ -1,0 +1,395 @@
+"""tf.function traces served from the cache (graphcache/traces/): no Python tracing on a hit, never a stale one.
+
+The end-to-end tests run real TensorFlow in fresh processes (tests.helpers.run_python) with
+``GRAPHCACHE_TRACE_VERIFY=1`` (every hit is traced anyway and compared: a stale hit would be an ERROR):
+a cold process stores, a warm one hits and returns exactly what a plain-TensorFlow process returns, and
+each thing a trace reads, changed between the processes, is a miss that gives plain TensorFlow's result.
+Whether Python ran is seen by a profile hook (a counter inside the function would itself be a side
+effect the cache refuses). The walk's rules are checked in this process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from graphcache import GraphCache
+from graphcache.store import LocalStore
+
+from .helpers import ROOT, run_python
+
+KIND = "tf_trace"
+BASE = {"scale": 0.5, "closure": 1.5, "helper": "y * 0.25 + 0.1", "own": "+ 1.0", "shape": [3, 4],
+        "dtype": "float32", "var_shape": [2, 3], "small": [1.0, 2.0, 3.0]}
+CHANGED = {"scale": 0.75, "closure": 2.5, "helper": "y * 0.25 - 0.1", "own": "- 1.0", "shape": [5, 4],
+           "dtype": "float64", "var_shape": [4, 3], "small": [1.0, 2.0, 4.0]}
+# Each of these functions reads one thing CHANGED changes (deep and jitted read none of them). uses_tensor
+# captures a small eager tensor (TensorFlow copies it into the graph as a constant) and a big one (an input).
+VARIANT_FUNCTIONS = ("uses_global", "uses_closure", "uses_helper", "own_code", "shapes", "var_shape", "uses_tensor")
+
+CHILD = '''
+import json, logging, os, sys, warnings
+import numpy as np
+import tensorflow as tf
+
+V = {variant!r}
+messages = []
+handler = logging.Handler()
+handler.emit = lambda record: messages.append((record.levelname, record.getMessage()))
+logging.getLogger("graphcache").addHandler(handler)
+logging.getLogger("graphcache").setLevel(logging.INFO)
+caught = warnings.catch_warnings(record=True)
+seen_warnings = caught.__enter__()
+warnings.simplefilter("always")
+if {use_cache}:
+    import graphcache
+    cache = graphcache.GraphCache({cache_dir!r}, traces=True)
+
+w = tf.Variable(np.linspace(-1.0, 1.0, 64, dtype=np.float32).reshape(8, 8))
+other = tf.Variable(np.ones(V["var_shape"], np.float32))
+SCALE = V["scale"]
+SMALL = tf.constant(V["small"])
+BIG = tf.constant(np.linspace(0.0, 1.0, 300, dtype=np.float32))
+log = []
+state = {{}}
+
+def helper(y):
+    return {helper}
+
+def make_closure(c):
+    @tf.function
+    def uses_closure(x):
+        return tf.reduce_sum(x * c)
+    return uses_closure
+
+uses_closure = make_closure(V["closure"])
+
+@tf.function
+def deep(x):
+    y = x
+    for _ in range(60):
+        y = tf.concat([y[:, 1:], y[:, :1]], axis=1) * 0.5 + 0.1
+    return tf.reduce_sum(tf.matmul(y, w)), {{"last": y[0]}}
+
+@tf.function
+def uses_global(x):
+    return tf.reduce_sum(x) * SCALE
+
+@tf.function
+def uses_helper(x):
+    return tf.reduce_sum(helper(x))
+
+@tf.function
+def own_code(x):
+    return tf.reduce_sum(x) {own}
+
+@tf.function
+def shapes(x):
+    return tf.reduce_sum(tf.cast(x, tf.float32) * 2.0) + tf.cast(tf.shape(x)[0], tf.float32)
+
+@tf.function
+def var_shape(x):
+    return tf.reduce_sum(other) + tf.reduce_sum(x)
+
+@tf.function
+def uses_tensor(x):
+    return tf.reduce_sum(x) + tf.reduce_sum(SMALL) * tf.reduce_sum(BIG)
+
+@tf.function(jit_compile=True)
+def jitted(x):
+    return tf.reduce_sum(tf.sin(x) * w)
+
+@tf.function
+def appender(x):
+    log.append(1)  # a Python side effect of tracing
+    return x + 1.0
+
+@tf.function
+def creates(x):
+    if "v" not in state:
+        state["v"] = tf.Variable(3.0)  # a variable created by the first trace
+    return x * state["v"]
+
+names = ("deep", "uses_global", "uses_closure", "uses_helper", "own_code", "shapes", "var_shape", "uses_tensor",
+         "jitted", "appender", "creates")
+ran = dict.fromkeys(names, 0)
+def profile(frame, event, arg):
+    if event == "call":
+        name = frame.f_code.co_name.removeprefix("tf__")
+        if name in ran:
+            ran[name] += 1
+
+x = tf.constant(np.arange(64, dtype=np.float32).reshape(8, 8) / 64.0)
+sys.setprofile(profile)
+deep_sum, deep_rest = deep(x)
+values = {{
+    "deep": [float(deep_sum.numpy()), deep_rest["last"].numpy().tolist()],
+    "uses_global": float(uses_global(x).numpy()),
+    "uses_closure": float(uses_closure(x).numpy()),
+    "uses_helper": float(uses_helper(x).numpy()),
+    "own_code": float(own_code(x).numpy()),
+    "shapes": float(shapes(tf.ones(V["shape"], V["dtype"])).numpy()),
+    "var_shape": float(var_shape(x).numpy()),
+    "uses_tensor": float(uses_tensor(x).numpy()),
+    "jitted": float(jitted(x).numpy()),
+    "appender": appender(tf.constant(1.0)).numpy().tolist(),
+    "creates": float(creates(tf.constant(2.0)).numpy()),
+}}
+again = float(deep(x)[0].numpy())
+sys.setprofile(None)
+with tf.GradientTape() as tape:
+    grad_of = deep(x)[0]
+values["gradient"] = tape.gradient(grad_of, w).numpy().sum().tolist()
+out = {{"values": values, "again": again, "ran": ran}}
+if {use_cache}:
+    cache.wait_for_writes()
+    stats = cache.stats()
+    out.update(traces=stats.traces, reasons=stats.trace_reasons, by_kind=stats.by_kind.get("tf_trace"),
+               uncacheable=stats.uncacheable, names=sorted(r.name for r in cache.entries() if r.kind == "tf_trace"))
+out["errors"] = [m for level, m in messages if level == "ERROR"]
+out["log"] = [m for level, m in messages]
+out["warnings"] = [str(w.message) for w in seen_warnings if "graphcache" in str(w.message)]
+print(json.dumps(out))
+'''
+
+
+def child(cache_dir: Path | None, variant: dict, *, verify: bool = True) -> dict:
+    code = CHILD.format(variant=variant, use_cache=cache_dir is not None, cache_dir=str(cache_dir or ""),
+                        helper=variant["helper"], own=variant["own"])
+    return run_python(code, env={"GRAPHCACHE_TRACE_VERIFY": "1" if verify else "0"})
+
+
+def graphcache_cli(*args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "graphcache", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def trace_files(cache_dir: Path) -> list[Path]:
+    return [LocalStore(cache_dir).path_for(row.key) for row in GraphCache(cache_dir).entries() if row.kind == KIND]
+
+
+CACHED = ("deep", "jitted", *VARIANT_FUNCTIONS)
+
+
+def test_a_warm_process_skips_tracing_and_every_change_misses(cache_dir):
+    plain = child(None, BASE)
+    cold = child(cache_dir, BASE)
+    assert cold["values"] == plain["values"] and not cold["errors"] and not cold["warnings"], cold
+    assert cold["traces"]["trace_hits"] == 0 and cold["traces"]["trace_misses"] == len(CACHED) + 1  # + creates' retrace
+    assert all(cold["ran"][name] >= 1 for name in CACHED)
+    assert cold["names"] == sorted([*CACHED, "creates"])
+
+    warm = child(cache_dir, BASE)  # verified: every hit is traced anyway and compared
+    assert warm["values"] == plain["values"] and warm["again"] == plain["values"]["deep"][0]
+    assert not warm["errors"] and not warm["warnings"], (warm["errors"], warm["warnings"])
+    assert warm["traces"]["trace_hits"] == len(CACHED) + 1
+    assert sum("verified against a fresh trace" in m for m in warm["log"]) == len(CACHED) + 1
+
+    fast = child(cache_dir, BASE, verify=False)
+    assert fast["values"] == plain["values"], "a hit returns exactly what plain TensorFlow returns"
+    assert all(fast["ran"][name] == 0 for name in CACHED), fast["ran"]  # no Python tracing
+    assert fast["traces"]["trace_hits"] == 2 * (len(CACHED) + 1)
+    assert fast["by_kind"]["entries"] == len(CACHED) + 1
+
+    # The side effects are traced in every process and never stored.
+    for run in (cold, warm, fast):
+        assert run["ran"]["appender"] == 1 and run["ran"]["creates"] >= 1
+        assert run["values"]["appender"] == 2.0 and run["values"]["creates"] == 6.0
+    assert fast["reasons"]["side_effect"] == 3 and fast["reasons"]["creates_variables"] == 3
+
+    # Each function's one dependency changed: misses with plain TensorFlow's results, no stale hit.
+    plain_changed = child(None, CHANGED)
+    changed = child(cache_dir, CHANGED)
+    assert not changed["errors"], changed["errors"]
+    for name in (*CACHED, "appender", "creates"):
+        assert changed["values"][name] == plain_changed["values"][name], name
+    for name in VARIANT_FUNCTIONS:
+        assert changed["values"][name] != plain["values"][name], name
+        assert changed["ran"][name] >= 1, name  # traced: a miss
+    assert changed["traces"]["trace_misses"] == cold["traces"]["trace_misses"] + len(VARIANT_FUNCTIONS)
+    assert changed["ran"]["deep"] == 1  # verify traced it; deep itself was a hit
+    assert changed["by_kind"]["entries"] == len(CACHED) + 1 + len(VARIANT_FUNCTIONS)
+
+    rows = json.loads(graphcache_cli("--cache-dir", str(cache_dir), "ls", "--json"))
+    traces = [row for row in rows if row["kind"] == KIND]
+    assert len(traces) == len(CACHED) + 1 + len(VARIANT_FUNCTIONS) and all(row["compile_seconds"] > 0 for row in traces)
+    stats = json.loads(graphcache_cli("--cache-dir", str(cache_dir), "stats", "--json"))
+    assert stats["trace_hits"] == changed["traces"]["trace_hits"] and stats["trace_uncacheable"] == 8
+    assert stats["by_kind"][KIND]["hits"] == stats["trace_hits"]
+    assert stats["trace_uncacheable_reasons"] == {"side_effect": 4, "creates_variables": 4}
+    verified = json.loads(graphcache_cli("--cache-dir", str(cache_dir), "verify", "--json"))
+    assert verified["bad"] == []
+    # `graphcache misses`: what each changed trace differs in from the stored one, and why others are not cached
+    recorded = json.loads(graphcache_cli("--cache-dir", str(cache_dir), "misses", "--json", "--limit", "100"))
+    latest = {}
+    for miss in reversed(recorded):  # oldest first: the newest of each name wins
+        latest[miss["name"]] = miss
+    assert latest["tf.function uses_global"]["differs"] == ["code"]
+    assert latest["tf.function var_shape"]["differs"] == ["code"]
+    assert latest["tf.function shapes"]["differs"] == ["signature"]
+    assert "side_effect" in latest["tf.function appender"]["detail"]
+
+
+def test_a_corrupt_trace_entry_costs_a_warning_and_a_normal_trace(cache_dir):
+    cold = child(cache_dir, BASE, verify=False)
+    files = trace_files(cache_dir)
+    assert len(files) == len(CACHED) + 1
+    for path in files:
+        data = bytearray(path.read_bytes())
+        data[-5] ^= 0xFF  # a bit flip in the payload: the checksum catches it
+        path.write_bytes(bytes(data))
+    flipped = child(cache_dir, BASE, verify=False)
+    assert flipped["values"] == cold["values"]
+    assert any("corrupt" in w for w in flipped["warnings"]), flipped["warnings"]
+    assert flipped["traces"]["trace_hits"] == 0 and all(flipped["ran"][name] >= 1 for name in CACHED)
+    assert flipped["uncacheable"]["corrupt_entry"] == len(files)
+    again = child(cache_dir, BASE, verify=False)  # the corrupt entries were replaced by good ones
+    assert again["traces"]["trace_hits"] == len(files) and again["values"] == cold["values"]
+
+
+# -- the walk (the key's Python side), in this process -------------------------------------------------------
+SCALE_FOR_WALK = 2.0
+VALUES_FOR_WALK = [1, 2.5, "a"]
+
+
+def _digest(fn) -> tuple[str, dict]:
+    from graphcache.traces.walk import Walk
+
+    walk = Walk()
+    walk.function(fn, "")
+    return walk.digest(), walk.bindings
+
+
+def _refused(fn) -> str:
+    from graphcache.traces.walk import Uncacheable
+
+    with pytest.raises(Uncacheable) as caught:
+        _digest(fn)
+    return caught.value.reason
+
+
+def test_the_walk_sees_code_globals_closures_and_helpers_and_names_variables_by_path():
+    import tensorflow as tf
+
+    def make(c):
+        def fn(x):
+            return x * c * SCALE_FOR_WALK + len(VALUES_FOR_WALK)
+        return fn
+
+    assert _digest(make(1.5))[0] == _digest(make(1.5))[0]
+    assert _digest(make(1.5))[0] != _digest(make(2.5))[0]  # a closure float
+    before = _digest(make(1.5))[0]
+    VALUES_FOR_WALK.append(3)  # a list the code reads, changed
+    try:
+        assert _digest(make(1.5))[0] != before
+    finally:
+        VALUES_FOR_WALK.pop()
+    assert _digest(make(1.5))[0] == before
+
+    variable = tf.Variable(tf.ones([2, 3]))
+
+    def helper(y):
+        return y * variable
+
+    def outer(x):
+        return helper(x) + 1.0 if x in {"b", "a"} else x
+
+    digest, bindings = _digest(outer)
+    assert list(bindings) == ["c:helper/c:variable"] and bindings["c:helper/c:variable"] is variable
+    other = tf.Variable(tf.ones([2, 4]))
+
+    def helper_other(y):
+        return y * other
+
+    def outer_other(x):
+        return helper_other(x) + 1.0 if x in {"b", "a"} else x
+
+    assert _digest(outer_other)[0] != digest  # a variable's shape
+
+
+class _Thing:
+    scale = 2.0
+
+
+def test_the_walk_refuses_what_it_cannot_key():
+    import tensorflow as tf
+
+    thing = _Thing()
+    assert _refused(lambda x: print(x)) == "builtin"
+    assert _refused(lambda x: hash("seeded per process")) == "builtin"
+    assert _refused(lambda x: x * thing.scale) == "value"  # an instance
+    assert _digest(lambda x: x * tf.nn.relu(x))[1] == {}  # library code: named by its version, not walked
+
+    def writes_global(x):
+        global SCALE_FOR_WALK
+        SCALE_FOR_WALK = x
+        return x
+
+    assert _refused(writes_global) == "writes_state"
+
+    def make_counter():
+        count = 0
+
+        def bump(x):
+            nonlocal count
+            count += 1
+            return x
+        return bump
+
+    assert _refused(make_counter()) == "writes_state"
+    bound = thing.__init__
+    assert _refused(lambda x: bound(x)) == "value"
+    # A class the code reaches is walked (methods, plain attributes): _Thing is fine, its instance not.
+    assert _digest(lambda x: x * _Thing.scale)[1] == {}
+
+
+def test_a_stored_trace_that_does_not_decode_is_corrupt():
+    from graphcache.errors import CorruptEntryError
+    from graphcache.traces import stored
+
+    for payload in (b"", b"GCTRACE1", b"GCTRACE1\x00\x00\x00\x05{bad}", b"not a trace at all"):
+        with pytest.raises(CorruptEntryError):
+            stored.decode(payload)
+
+
+def test_the_walk_refuses_process_state_read_through_library_modules():
+    import os as os_module
+    import time as time_module
+
+    import numpy as np
+
+    assert _refused(lambda x: x * len(os_module.environ)) == "value"
+    assert _refused(lambda x: x + time_module.time()) == "value"
+    assert _refused(lambda x: x + np.random.rand()) == "value"
+    assert _digest(lambda x: x + np.float32(np.pi) + np.sqrt(2.0))[1] == {}  # numpy itself is fine
+    same_max = max
+    assert _digest(lambda x: same_max(x, 1))[1] == {}
+    stored_print = print
+    assert _refused(lambda x: stored_print(x)) == "builtin"
+
+
+class _Text(str):
+    def __add__(self, other):  # a subclass can change what the code computes: not a plain value
+        return "changed"
+
+
+BIG_LIST = list(range(20_000))
+
+
+def test_plain_means_exactly_the_builtin_types_and_bounded_sizes():
+    import collections
+
+    text = _Text("a")
+    assert _refused(lambda x: text + x) == "value"
+    assert _refused(lambda x: x + len(BIG_LIST)) == "value"
+    point = collections.namedtuple("Point", "a b")(1, 2.5)
+    assert _digest(lambda x: x * point.a)[1] == {}
+    long_text = "x" * 10_000
+    assert _digest(lambda x: long_text)[0] != _digest(lambda x: long_text[:-1] + "y")[0]
