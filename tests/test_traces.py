@@ -393,3 +393,51 @@ def test_plain_means_exactly_the_builtin_types_and_bounded_sizes():
     assert _digest(lambda x: x * point.a)[1] == {}
     long_text = "x" * 10_000
     assert _digest(lambda x: long_text)[0] != _digest(lambda x: long_text[:-1] + "y")[0]
+
+
+SET_ORDER_CHILD = '''
+import json
+import tensorflow as tf
+if {use_cache}:
+    import graphcache
+    cache = graphcache.GraphCache({cache_dir!r}, traces=True)
+WEIGHTS = {{"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0, "e": 5.0}}
+
+@tf.function
+def stacked(x):
+    return tf.stack([x * WEIGHTS[name] for name in {{"a", "b", "c", "d", "e"}}])  # this process's set order
+
+out = {{"value": stacked(tf.constant(1.0)).numpy().tolist()}}
+if {use_cache}:
+    cache.wait_for_writes()
+    out["traces"] = cache.stats().traces
+print(json.dumps(out))
+'''
+
+
+ANY_TRACES = {"trace_hits": 0, "trace_misses": 0, "trace_uncacheable": 0}
+
+
+def _set_order(seed: int) -> list[str]:
+    code = 'print(list({"a", "b", "c", "d", "e"}))'
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout
+
+
+def test_a_set_iterated_in_another_hash_seed_order_misses(cache_dir):
+    orders = {}
+    for seed in range(50):  # two hash seeds that iterate the literal set in different orders
+        orders.setdefault(_set_order(seed), seed)
+        if len(orders) == 2:
+            break
+    first, second = orders.values()
+
+    def run(seed: int, cached: bool) -> dict:
+        code = SET_ORDER_CHILD.format(use_cache=cached, cache_dir=str(cache_dir))
+        return run_python(code, env={"PYTHONHASHSEED": str(seed), "GRAPHCACHE_TRACE_VERIFY": "0"})
+
+    run(first, True)  # stores the trace in the first seed's order (the counters are the cache dir's)
+    assert run(first, True)["traces"] == {**ANY_TRACES, "trace_hits": 1, "trace_misses": 1}  # same order: a hit
+    other = run(second, True)
+    assert other["value"] == run(second, False)["value"] != run(first, False)["value"]
+    assert other["traces"] == {**ANY_TRACES, "trace_hits": 1, "trace_misses": 2}  # another order: another key

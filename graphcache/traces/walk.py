@@ -229,11 +229,14 @@ class Walk:
             hasher.update(len(data).to_bytes(8, "little"))
             hasher.update(data)
         consts = []
-        for const in code.co_consts:
+        membership = _membership_only(code)
+        for index, const in enumerate(code.co_consts):
             if isinstance(const, types.CodeType):
                 consts.append("code:" + self.code_hash(const))
-            elif isinstance(const, frozenset):  # `x in {...}`: its iteration order is the process's hash seed
+            elif isinstance(const, frozenset) and index in membership:  # `x in {...}`: order is not read
                 consts.append("frozenset:" + repr(sorted(repr(item) for item in const)))
+            elif isinstance(const, frozenset):  # `for k in {...}`: iterated in this process's hash-seed order,
+                consts.append("frozenset:" + repr([repr(item) for item in const]))  # which the trace may bake
             else:
                 consts.append(f"{type(const).__name__}:{const!r}")
         described = (consts, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars,
@@ -409,6 +412,18 @@ def _code_objects(code: types.CodeType) -> list[types.CodeType]:
         if isinstance(const, types.CodeType):
             found.extend(_code_objects(const))
     return found
+
+
+def _membership_only(code: types.CodeType) -> set[int]:
+    """Indexes of the frozenset constants of ``code`` that are only tested for membership (``x in {...}``):
+    their iteration order (a str's hash is seeded per process) cannot reach a trace."""
+    used: dict[int, bool] = {}
+    instructions = list(dis.get_instructions(code))
+    for ins, after in zip(instructions, [*instructions[1:], None], strict=True):
+        if ins.opname == "LOAD_CONST" and isinstance(ins.argval, frozenset):
+            only = after is not None and after.opname == "CONTAINS_OP"
+            used[ins.arg] = used.get(ins.arg, True) and only
+    return {index for index, only in used.items() if only}
 
 
 NAMEDTUPLE_MEMBERS = frozenset({"__doc__", "__getnewargs__", "__match_args__", "__module__", "__new__", "__repr__",
