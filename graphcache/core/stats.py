@@ -85,6 +85,7 @@ class Stats:
     remote_errors: int = 0
     uploads: int = 0
     upload_bytes: int = 0
+    fetch_bytes: int = 0
     functions: dict[str, int] = field(default_factory=dict)
     by_kind: dict[str, KindStats] = field(default_factory=dict)
 
