@@ -66,8 +66,12 @@ def host(tmp_path: Path, name: str, monkeypatch, **kwargs) -> GraphCache:
     return GraphCache(root, **kwargs)
 
 
-def cli_json(args: list[str], env: dict[str, str]) -> object:
-    result = CliRunner().invoke(cli, [*args, "--json"], env=env, catch_exceptions=False)
+def invoke(args: list[str], env: dict[str, str], root: Path):
+    return CliRunner().invoke(cli.cli, [*args, "--cache-dir", str(root)], env=env, catch_exceptions=False)
+
+
+def cli_json(args: list[str], env: dict[str, str], root: Path) -> object:
+    result = invoke([*args, "--json"], env, root)
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
@@ -99,7 +103,7 @@ def test_six_hosts_compile_once_and_stats_remote_reports_the_fleet(hosts, server
     for r in results.values():
         np.testing.assert_allclose(np.array(r["out"]), plain, rtol=1e-5, atol=1e-6)
 
-    fleet = cli_json(["stats", "--remote"], env)
+    fleet = cli_json(["stats", "--remote"], env, tmp_path)
     assert fleet["counters"] and fleet["compiles"] == 1 and fleet["hits"] >= HOSTS - 1, fleet
     assert fleet["entries"] == 1 and fleet["bytes"] > 0 and fleet["remote_hits"] == HOSTS - 1
     by_host = {h["host"]: h for h in fleet["hosts"]}
@@ -126,14 +130,14 @@ def test_misses_remote_names_another_hosts_entry_and_what_differs(redis_url, tmp
     local = b.entries()
     assert [row.key for row in local] == [second.key]  # host b alone never saw host a's entry...
 
-    found = cli_json(["misses", "--remote"], {"GRAPHCACHE_REMOTE": redis_url})
+    found = cli_json(["misses", "--remote"], {"GRAPHCACHE_REMOTE": redis_url}, tmp_path)
     by_host = {m["host"]: m for m in found}
     assert set(by_host) == {"host-a", "host-b"}
     miss = by_host["host-b"]  # ...the fleet did: the nearest entry is host a's, and the identity differs
     assert miss["key"] == second.key and miss["nearest"] == first.key and miss["nearest_host"] == "host-a"
     assert miss["differs"] == ["identity"] and "salt '' -> 'b'" in miss["detail"], miss
     assert by_host["host-a"]["nearest"] is None  # the first miss of the fleet had nothing to compare with
-    human = CliRunner().invoke(cli, ["misses", "--remote"], env={"GRAPHCACHE_REMOTE": redis_url})
+    human = invoke(["misses", "--remote"], {"GRAPHCACHE_REMOTE": redis_url}, tmp_path)
     assert human.exit_code == 0 and "host-a" in human.output and "identity" in human.output
 
 
@@ -174,12 +178,12 @@ def test_stats_remote_without_redis_says_what_it_can_show(tmp_path, monkeypatch,
     a.compile(mlp.graph_def, mlp.fetches, mlp.feeds)
     assert a.flush(30) and a.fleet_log is None
     env = {"GRAPHCACHE_REMOTE": str(remote)}
-    data = cli_json(["stats", "--remote"], env)
+    data = cli_json(["stats", "--remote"], env, tmp_path)
     assert data["entries"] == 1 and data["bytes"] > 0 and data["counters"] is False and data["hits"] is None
     assert "need a Redis remote or a coordinator" in data["note"]
-    result = CliRunner().invoke(cli, ["stats", "--remote"], env=env)
+    result = invoke(["stats", "--remote"], env, tmp_path)
     assert result.exit_code == 0 and "entries and bytes only" in result.output
-    result = CliRunner().invoke(cli, ["misses", "--remote"], env=env)
+    result = invoke(["misses", "--remote"], env, tmp_path)
     assert result.exit_code == 1 and "Redis" in result.output
 
 
@@ -268,8 +272,8 @@ def test_purge_remote_max_size_removes_the_least_recently_used(redis_url, tmp_pa
     store.touch([keys[0]], when=time.time() + 60)  # the oldest write is the most recently used now
     env = {"GRAPHCACHE_REMOTE": redis_url}
     size = sum(f.size for f in store.scan())
-    plan = cli_json(["purge", "--remote", "--max-size", str(size // 2), "--dry-run"], env)
+    plan = cli_json(["purge", "--remote", "--max-size", str(size // 2), "--dry-run"], env, tmp_path)
     assert plan["count"] == 3 and keys[0] not in plan["removed"] and set(plan["removed"]) == set(keys[1:4])
-    done = cli_json(["purge", "--remote", "--max-size", str(size // 2), "--yes"], env)
+    done = cli_json(["purge", "--remote", "--max-size", str(size // 2), "--yes"], env, tmp_path)
     assert done["count"] == 3 and sorted(f.key for f in store.scan()) == sorted([keys[0], *keys[4:]])
     assert store.used_bytes() == sum(f.size for f in store.scan())
