@@ -277,3 +277,21 @@ def test_purge_remote_max_size_removes_the_least_recently_used(redis_url, tmp_pa
     done = cli_json(["purge", "--remote", "--max-size", str(size // 2), "--yes"], env, tmp_path)
     assert done["count"] == 3 and sorted(f.key for f in store.scan()) == sorted([keys[0], *keys[4:]])
     assert store.used_bytes() == sum(f.size for f in store.scan())
+
+
+def test_counts_survive_a_redis_outage_and_never_fail_the_run(tmp_path, monkeypatch, mlp):
+    srv = RedisServer()
+    try:
+        a = host(tmp_path, "a", monkeypatch, remote=srv.url, remote_timeout=2, remote_retry_after=0.2)
+        srv.stop()
+        with pytest.warns(Warning, match="Connection refused"):
+            compiled = a.compile(mlp.graph_def, mlp.fetches, mlp.feeds)  # compiles; the push fails: kept
+            a.flush(5)
+        assert not compiled.hit and a.compile(mlp.graph_def, mlp.fetches, mlp.feeds).hit
+        srv.start()
+        time.sleep(0.3)  # the breaker's retry_after
+        assert a.fleet_log.push()
+        (seen, figures), = RedisStore(srv.url).fleet_counters().values()
+        assert figures["kind.graph.compiles"] == 1 and figures["kind.graph.hits"] == 1 and figures["misses"] == 1
+    finally:
+        srv.close()
