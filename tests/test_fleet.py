@@ -111,6 +111,9 @@ def test_six_hosts_compile_once_and_stats_remote_reports_the_fleet(hosts, server
     assert fleet["upload_bytes"] == fleet["bytes"] and fleet["fetch_bytes"] == (HOSTS - 1) * fleet["bytes"]
     shown = invoke(["stats", "--remote"], env, tmp_path)
     assert shown.exit_code == 0 and all(name in shown.output for name in names), shown.output
+    zeroed = invoke(["zero-stats", "--remote"], env, tmp_path)
+    assert zeroed.exit_code == 0 and f"{HOSTS} hosts" in zeroed.output, zeroed.output
+    assert cli_json(["stats", "--remote"], env, tmp_path)["hosts"] == []
 
     # The same fleet size on the warm remote (new hosts, empty dirs, nothing to compile): what sharing the
     # CPUs costs by itself, against which the cold fleet's wait is measured.

@@ -125,6 +125,16 @@ def stats_remote(mode: Mode) -> None:
     emit(mode, data=data, human=lambda: fleet_stats_view(data, now))
 
 
+def zero_remote() -> None:
+    """``zero-stats --remote``: forget every host's counters (entries, uses and misses are kept)."""
+    entries = open_remote()
+    store = fleet_store(entries)
+    if store is None:
+        raise CliError(f"no fleet counters to reset: {NO_COUNTERS.split(':')[0]}")
+    count = remote_call(store, "resetting the fleet's counters", store.clear_fleet_counters)
+    message(f"Reset the counters of {plural(count, 'host')} in {store.url}.")
+
+
 # -- misses --------------------------------------------------------------------------------------------------
 def _candidates(store: Any, entries: Any) -> dict[tuple[str, str], tuple[recorded.Candidate, dict[str, Any]]]:
     """The graph entries on the remote whose key parts a host published, with what it published."""

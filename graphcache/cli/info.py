@@ -148,9 +148,15 @@ def stats_command(remote: bool, as_json: bool) -> None:
 
 
 @click.command("zero-stats", short_help="Reset the counters (entries are kept).")
+@remote_option("Reset the fleet's counters instead (every host's, in Redis: {env} or $GRAPHCACHE_COORDINATOR).")
 @cache_dir_option
-def zero_stats_command() -> None:
+def zero_stats_command(remote: bool) -> None:
     """Reset the counters (hits, misses, compiles, ...); entries are kept."""
+    if remote:
+        from .fleet import zero_remote
+
+        zero_remote()
+        return
     root = cache_root()
     if not has_index(root):
         message(f"No statistics to reset in {root}.")

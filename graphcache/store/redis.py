@@ -6,6 +6,7 @@ Layout (``NS`` is the namespace, ``graphcache`` unless the option ``namespace`` 
     NS:v1:<version>:e:<key>                  the manifest: "<token> <chunks> <size> <mtime>"
     NS:v1:<version>:c:<key>:<token>:<i>      chunk i of the entry file written under <token>
     NS:v1:<version>:g:<group id>             a set: the keys listed in a marker group (as remote.py's markers)
+    NS:v1:<version>:groups                   a set: the version's group ids (removing an entry needs no SCAN)
     NS:v1:<version>:l:<key>, ...:h:<key>     the compile lease of <key>, and its hedge (one extra compiler)
     NS:v1:fleet:size, NS:v1:fleet:bytes     a hash "<version>/<key>" -> size, and their total (the budget's)
     NS:v1:fleet:used                         a sorted set: "<version>/<key>" scored by its last use (LRU)
@@ -325,7 +326,7 @@ class RedisStore(Store):
         self._writable()
         name = self._group_name(group)
         with self._calls(f"marking {key}") as client:
-            client.sadd(name, key)
+            client.pipeline(transaction=False).sadd(name, key).sadd(f"{self._prefix()}:groups", group).execute()
 
     def marked(self, group: str) -> list[str]:
         name = self._group_name(group)
@@ -368,10 +369,15 @@ class RedisStore(Store):
             freed = self._delete(f.key, f.version)
             count, size = count + (freed > 0), size + freed
             by_version.setdefault(f.version, []).append(f.key)
-        with self._calls("unlisting entries") as client:
+        with self._calls("unlisting entries") as client:  # the groups a version has are listed: no SCAN
             for version, keys in by_version.items():
-                for group in client.scan_iter(match=f"{_glob_escape(self._prefix(version))}:g:*", count=SCAN_BATCH):
-                    client.srem(group, *keys)
+                prefix = self._prefix(version)
+                groups = [g.decode("ascii", "replace") for g in client.smembers(f"{prefix}:groups")]
+                pipe = client.pipeline(transaction=False)
+                for group in groups:
+                    if is_group_id(group):
+                        pipe.srem(f"{prefix}:g:{group}", *keys)
+                pipe.execute()
         return count, size
 
     def remove_versions(self, versions: Iterable[str]) -> tuple[int, int]:
@@ -468,6 +474,13 @@ class RedisStore(Store):
                 version, _, key = member.decode("ascii", "replace").rpartition("/")
                 found[(version, key)] = value
             return found
+
+    def clear_fleet_counters(self) -> int:
+        """Forget every host's counters (``zero-stats --remote``); the number of hosts forgotten."""
+        with self._calls("resetting the fleet's counters") as client:
+            hosts = [h.decode("utf-8", "replace") for h in client.smembers(self._fleet("hosts"))]
+            client.unlink(self._fleet("hosts"), self._fleet("seen"), *(self._fleet(f"stats:{h}") for h in hosts))
+        return len(hosts)
 
     def clear_fleet_misses(self) -> None:
         with self._calls("forgetting the fleet's misses") as client:
