@@ -389,3 +389,20 @@ def test_the_remote_budget_holds_under_churn_of_processes(redis_url, tmp_path):
     record("remote budget under churn of processes (Redis)",
            f"4 processes x 25 entries of {ENTRY_BYTES // 1000} kB against {BUDGET // 1000} kB: {len(left)} entries "
            f"({total // 1000} kB) left, the hot set and the newest writes kept")
+
+
+def test_a_failing_eviction_fails_open(redis_url, tmp_path, monkeypatch, caplog):
+    cache = host(tmp_path, "a", monkeypatch, remote=redis_url, remote_max_size=ENTRY_BYTES)
+    monkeypatch.setattr(RedisStore, "least_recent", lambda self, count: (_ for _ in ()).throw(
+        ConnectionResetError(104, "Connection reset by peer")))
+    with caplog.at_level("WARNING", logger="graphcache"):
+        for i in range(2):
+            header, payload = synthetic(cache, i, ENTRY_BYTES)
+            assert cache.write_entry(header, payload) and cache.flush(30)
+    assert cache.stats().uploads == 2 and cache.tier.breaker.closed and cache.stats().remote_errors == 0
+    assert "enforcing the remote budget" in caplog.text and "retried after the next upload" in caplog.text
+    monkeypatch.undo()
+    monkeypatch.setenv("GRAPHCACHE_HOST", "a")
+    header, payload = synthetic(cache, 2, ENTRY_BYTES)
+    assert cache.write_entry(header, payload) and cache.flush(30)  # the next upload's check catches up
+    assert [f.key for f in cache.remote.scan()] == [header.key]
