@@ -73,6 +73,7 @@ class GraphCache(EntryService):
         remote_options: dict[str, Any] | None = None,
         coordinator: str | None = None,
         fleet_hedge: float | str | None = None,
+        remote_max_size: int | str | None = None,
         xla: bool | None = None,
         functions: bool | None = None,
         traces: bool | None = None,
@@ -82,7 +83,7 @@ class GraphCache(EntryService):
             stale_after=stale_after, lock_timeout=lock_timeout, max_size=max_size, max_age=max_age,
             remote=remote, remote_read_only=remote_read_only, remote_timeout=remote_timeout,
             remote_retry_after=remote_retry_after, remote_options=remote_options, coordinator=coordinator,
-            fleet_hedge=fleet_hedge)
+            fleet_hedge=fleet_hedge, remote_max_size=remote_max_size)
         self.compiler = compiler or GrapplerCompiler()
         self._identity: dict[str, Any] | None = None
         self._identity_lock = threading.Lock()

@@ -10,8 +10,9 @@ once per process lives in ``state``:
   goes through), and the plugin modules registered beyond graphcache's own; ``patched``: what graphcache wrapped in TensorFlow, by name, with the original, so it is
   wrapped once;
 - ``warned``: the kinds of failure already warned about (core/failures.py: a failing disk warns once);
-- ``writers``, ``tiers``, ``deferred``: background writes, remote tiers with uploads and deferred builds
-  still pending, which the exit drain finishes (``exit_drains``: its stages, core/exits.py).
+- ``writers``, ``tiers``, ``deferred``, ``fleet_logs``: background writes, remote tiers with uploads,
+  deferred builds and counters owed to the fleet still pending, which the exit drain finishes
+  (``exit_drains``: its stages, core/exits.py).
 
 This module imports nothing of graphcache: the layers below the core use it too.
 """
@@ -39,7 +40,8 @@ class ProcessState:
         self.writers: weakref.WeakSet[Any] = weakref.WeakSet()
         self.tiers: weakref.WeakSet[Any] = weakref.WeakSet()
         self.deferred: weakref.WeakValueDictionary[tuple[str, str], Any] = weakref.WeakValueDictionary()
-        self.pending_lock = threading.Lock()  # guards writers, tiers, deferred
+        self.fleet_logs: weakref.WeakSet[Any] = weakref.WeakSet()  # counters owed to the fleet (core/fleetlog.py)
+        self.pending_lock = threading.Lock()  # guards writers, tiers, deferred, fleet_logs
         self.exit_drains: dict[str, list[Callable[[], None]]] = {}
         self.exit_lock = threading.Lock()
 

@@ -30,6 +30,7 @@ from .options import (
     json_option,
     open_cache,
     output_mode,
+    remote_option,
     usage_error,
 )
 from .output import ago, emit, grid, iso, message, plural, table
@@ -149,13 +150,20 @@ def miss_json(miss: recorded.Miss) -> dict[str, Any]:
 @click.option("--limit", "limit", type=click.IntRange(min=1), default=20, show_default=True,
               help=f"How many misses to list (the index keeps the newest {recorded.KEEP}).")
 @click.option("--clear", is_flag=True, help="Forget the recorded misses.")
+@remote_option("The misses of every host of the fleet instead (kept in Redis: {env} or $GRAPHCACHE_COORDINATOR), "
+               "each with the nearest entry any host published.")
 @json_option
 @cache_dir_option
-def misses_command(limit: int, clear: bool, as_json: bool) -> None:
+def misses_command(limit: int, clear: bool, remote: bool, as_json: bool) -> None:
     """List the misses processes recorded, newest first: when, the graph's name and key, the nearest
     cached entry at that moment and the key parts that differed from it (run 'graphcache explain' on the
-    graph for the nodes)."""
+    graph for the nodes). With --remote: every host's, with the host."""
     mode = output_mode(as_json)
+    if remote:
+        from .fleet import misses_remote
+
+        misses_remote(mode, limit, clear)
+        return
     cache = open_cache(write=clear)
     index = cache.index if cache is not None else None
     if clear:

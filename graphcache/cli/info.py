@@ -19,6 +19,7 @@ from .options import (
     json_option,
     open_cache,
     output_mode,
+    remote_option,
 )
 from .output import duration, emit, format_size, grid, iso, message, plural, plural_entries
 from .remote import remote_url
@@ -53,8 +54,8 @@ def stats_json(stats: Stats, root: Path, exists: bool, versions: list[dict[str, 
         "identity": stats.version or None,  # graphcache 0.1's name for the version, kept for existing scripts
         "versions": versions,
         "remote": remote_url() or None, "remote_hits": stats.remote_hits, "remote_errors": stats.remote_errors,
-        "uploads": stats.uploads, "upload_bytes": stats.upload_bytes, **stats.xla, **stats.functions,
-        **stats.traces, "trace_uncacheable_reasons": dict(stats.trace_reasons),
+        "uploads": stats.uploads, "upload_bytes": stats.upload_bytes, "fetch_bytes": stats.fetch_bytes,
+        **stats.xla, **stats.functions, **stats.traces, "trace_uncacheable_reasons": dict(stats.trace_reasons),
     }
 
 
@@ -130,10 +131,17 @@ def kinds_table(by_kind: dict[str, dict[str, float]]) -> Table:
 
 
 @click.command("stats", short_help="Show entries, size, hit rate, counters and the current version.")
+@remote_option("Show the fleet's instead: every host's counters (pushed to Redis: {env} or "
+               "$GRAPHCACHE_COORDINATOR), summed, and the remote's entries and bytes.")
 @json_option
 @cache_dir_option
-def stats_command(as_json: bool) -> None:
+def stats_command(remote: bool, as_json: bool) -> None:
     """Show entries, size, hit rate, counters and the current compiler version."""
+    if remote:
+        from .fleet import stats_remote
+
+        stats_remote(output_mode(as_json))
+        return
     cache = open_cache()
     current = current_version(cache)
     stats = cache.stats(current) if cache is not None else Stats.from_counters(0, 0, {}, "")
@@ -144,9 +152,15 @@ def stats_command(as_json: bool) -> None:
 
 
 @click.command("zero-stats", short_help="Reset the counters (entries are kept).")
+@remote_option("Reset the fleet's counters instead (every host's, in Redis: {env} or $GRAPHCACHE_COORDINATOR).")
 @cache_dir_option
-def zero_stats_command() -> None:
+def zero_stats_command(remote: bool) -> None:
     """Reset the counters (hits, misses, compiles, ...); entries are kept."""
+    if remote:
+        from .fleet import zero_remote
+
+        zero_remote()
+        return
     root = cache_root()
     if not has_index(root):
         message(f"No statistics to reset in {root}.")

@@ -213,7 +213,7 @@ def remove(cache: CacheDir, rows: Sequence[IndexRow], *, stale: bool) -> tuple[l
 @click.option("--dry-run", is_flag=True, help="Show what would be removed, remove nothing.")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 @remote_option("Purge the remote cache ({env}) instead: --all, --stale (every version prefix but the current "
-               "one) or KEYS.")
+               "one), --max-size (the fleet's least recently used beyond it) or KEYS.")
 @json_option
 @cache_dir_option
 def purge_command(keys: tuple[str, ...], everything: bool, stale: bool, older_than: Filter | None,
@@ -234,9 +234,10 @@ def purge_command(keys: tuple[str, ...], everything: bool, stale: bool, older_th
     mode = output_mode(as_json)
     now = time.time()
     if remote:
-        if filters or max_size is not None:
-            raise usage_error("--remote takes --all, --stale or KEYS")
-        purge_remote(everything=everything, stale=stale, keys=keys, dry_run=dry_run, yes=yes, mode=mode, now=now)
+        if filters:
+            raise usage_error("--remote takes --all, --stale, --max-size or KEYS")
+        purge_remote(everything=everything, stale=stale, keys=keys, dry_run=dry_run, yes=yes, mode=mode, now=now,
+                     max_size=max_size)
         return
     cache = open_cache(write=not dry_run, reconcile=True)
     rows = purge_plan(cache, everything=everything, stale=stale, keys=keys, filters=filters, max_size=max_size,

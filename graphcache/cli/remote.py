@@ -105,20 +105,29 @@ def ls_remote(mode: Mode, limit: int | None, now: float) -> None:
 
 
 def remote_purge_plan(remote: RemoteStore, *, everything: bool, stale: bool, keys: Sequence[str],
-                      current: str) -> list[RemoteFile]:
-    """The remote entries ``purge --remote`` would remove."""
+                      current: str, max_size: int | None = None) -> list[RemoteFile]:
+    """The remote entries ``purge --remote`` would remove (``max_size``: the least recently used beyond it, in
+    the fleet's order where Redis keeps one, else by last-modified time: core/budget.py)."""
     files = remote_files(remote)
+    if max_size is not None:
+        from ..core.budget import plan
+
+        last_uses = getattr(remote, "last_uses", None)
+        uses = remote_call(remote, "reading last uses", last_uses) if last_uses is not None else None
+        return plan(files, max_size, last_use=uses)
     chosen = [resolve_prefix(prefix, [f.key for f in files], remote.url, what="remote entry") for prefix in keys]
     return select(files, Selection(keys=chosen if keys else None, everything=everything, stale=stale),
                   current_version=current, where=cache_root())
 
 
 def purge_remote(*, everything: bool, stale: bool, keys: Sequence[str], dry_run: bool, yes: bool,
-                 mode: Mode, now: float) -> None:
-    """``purge --remote``: remove remote entries (every version's, or the stale versions' whole prefixes)."""
+                 mode: Mode, now: float, max_size: int | None = None) -> None:
+    """``purge --remote``: remove remote entries (every version's, the stale versions' whole prefixes, or the
+    least recently used beyond ``max_size``)."""
     remote = open_remote()
     current = current_version(open_cache())
-    files = remote_purge_plan(remote, everything=everything, stale=stale, keys=keys, current=current)
+    files = remote_purge_plan(remote, everything=everything, stale=stale, keys=keys, current=current,
+                              max_size=max_size)
     planned = sum(f.size for f in files)
     data: dict[str, Any] = {"remote": remote.url, "removed": [f.key for f in files], "count": len(files),
                             "bytes": planned, "dry_run": dry_run}

@@ -34,8 +34,8 @@ COUNTERS = ("hits", "misses", "compiles", "compile_seconds", "saved_seconds", "b
             "evictions", "errors", "index_rebuilds")
 # The remote tier (core/tier.py): ``remote_hits`` local misses served from the remote (also counted in
 # ``hits``), ``remote_errors`` failed or timed-out remote calls and remote entries that failed verification,
-# ``uploads``/``upload_bytes`` entries written through to the remote.
-REMOTE_COUNTERS = ("remote_hits", "remote_errors", "uploads", "upload_bytes")
+# ``uploads``/``upload_bytes`` entries written through to the remote, ``fetch_bytes`` the bytes of the remote hits.
+REMOTE_COUNTERS = ("remote_hits", "remote_errors", "uploads", "upload_bytes", "fetch_bytes")
 # XLA executables (xla/): hits are approximate (see xla/hits.py), the rest exact. ``xla_pulled``: entries fetched
 # from the remote at enable, before TensorFlow's first compile (not in ``remote_hits``, which counts lookups).
 XLA_COUNTERS = ("xla_hits", "xla_compiles", "xla_materialized", "xla_bad_files", "xla_removed", "xla_pulled")

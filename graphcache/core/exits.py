@@ -27,7 +27,8 @@ XLA_SYNC = "xla_sync"  # TensorFlow's new XLA files become entries
 WRITES = "writes"  # entries written in the background are finished
 UPLOADS = "uploads"  # queued uploads to the remote are waited for (bounded)
 FUNCTIONS = "functions"  # new tf.function graphs become entries (before writes, like XLA)
-STAGES = (XLA_SYNC, FUNCTIONS, WRITES, UPLOADS)
+FLEET = "fleet"  # counters and misses are pushed to the fleet's Redis (core/fleetlog.py), uploads' counts included
+STAGES = (XLA_SYNC, FUNCTIONS, WRITES, UPLOADS, FLEET)
 
 
 def at_exit(stage: str, drain: Callable[[], None]) -> None:

@@ -142,16 +142,28 @@ class Fleet:
             delay = min(delay * 1.5, POLL_MAX)
 
 
+class FleetSide(NamedTuple):
+    """What a cache with a remote has of the fleet: the Redis holding leases, counters and misses (``store``,
+    behind ``tier``: the remote's own tier when the remote is Redis), the leases (``fleet``: None on a
+    read-only remote) and the counters' report (``log``, core/fleetlog.py)."""
+
+    store: Any
+    tier: RemoteTier
+    fleet: Fleet | None
+    log: Any
+
+
 def open_fleet(settings: CacheSettings, entries: RemoteTier, *, version: str,
-               on_failure: Callable[[str, BaseException], None]) -> Fleet | None:
+               on_failure: Callable[[str, BaseException], None]) -> FleetSide | None:
     """Leases in the Redis remote itself, or in the coordinator beside another remote (behind a tier of its
-    own, reporting to ``on_failure``); None when neither is configured or this machine cannot publish (a
-    read-only remote: it would hold leases it never fulfils)."""
+    own, reporting to ``on_failure``); None when neither is configured. A read-only remote gets no leases (it
+    would hold leases it never fulfils) but still reports its counters."""
     from ..store import open_remote
     from ..store.urls import is_redis
+    from .fleetlog import FleetLog
     from .tier import RemoteTier
 
-    if entries.read_only or not (settings.coordinator or is_redis(settings.remote)):
+    if not (settings.coordinator or is_redis(settings.remote)):
         return None
     leases, coordinator = entries.remote, entries
     if settings.coordinator:
@@ -161,7 +173,9 @@ def open_fleet(settings: CacheSettings, entries: RemoteTier, *, version: str,
                              options=settings.store_options(settings.coordinator))
         coordinator = RemoteTier(leases, timeout=settings.remote_timeout, retry_after=settings.remote_retry_after,
                                  on_failure=on_failure, on_upload=lambda size: None)
-    return Fleet(leases, coordinator, entries, timeout=settings.lock_timeout, hedge=settings.fleet_hedge)
+    fleet = None if entries.read_only else Fleet(leases, coordinator, entries, timeout=settings.lock_timeout,
+                                                 hedge=settings.fleet_hedge)
+    return FleetSide(leases, coordinator, fleet, FleetLog(leases, coordinator, uses=coordinator is entries))
 
 
 class Guard:

@@ -60,7 +60,8 @@ from .versioning import PurgeResult, purge_stale_versions
 
 if TYPE_CHECKING:  # loaded where used: a remote only where one is configured, misses' records on writes
     from ..store.base import Store
-    from .flight import Fleet, Guard
+    from .fleetlog import FleetLog
+    from .flight import Fleet, FleetSide, Guard
     from .index import misses
     from .stats import Stats
     from .tier import RemoteTier
@@ -99,6 +100,8 @@ class EntryService:
         self.remote: Store | None = None  # store/remote.py's RemoteStore (fsspec) or store/redis.py's RedisStore
         self.tier: RemoteTier | None = None
         self.fleet: Fleet | None = None  # cross-host single flight (core/flight.py)
+        self.fleet_side: FleetSide | None = None  # the fleet's Redis: leases, counters, misses (core/fleetlog.py)
+        self.fleet_log: FleetLog | None = None
         if settings.remote and not self.disabled:
             from ..store import open_remote
             from .tier import RemoteTier
@@ -107,10 +110,13 @@ class EntryService:
                                       timeout=settings.remote_timeout, read_only=settings.remote_read_only)
             self.tier = RemoteTier(self.remote, timeout=settings.remote_timeout,
                                    retry_after=settings.remote_retry_after, on_failure=self._remote_failed,
-                                   on_upload=lambda size: self.count(uploads=1, upload_bytes=size))
+                                   on_upload=lambda size: self.count(uploads=1, upload_bytes=size),
+                                   max_size=settings.remote_max_size)  # the remote's budget (core/budget.py)
             from .flight import open_fleet
 
-            self.fleet = open_fleet(settings, self.tier, version=version, on_failure=self._coordinator_failed)
+            self.fleet_side = open_fleet(settings, self.tier, version=version, on_failure=self._coordinator_failed)
+            if self.fleet_side is not None:
+                self.fleet, self.fleet_log = self.fleet_side.fleet, self.fleet_side.log
         self.hooks = Hooks()
         self.last_purge = PurgeResult(0, 0, ())
         self._writes = BackgroundWrites()
@@ -188,7 +194,10 @@ class EntryService:
     # -- counters and the fail-open policy -----------------------------------------------------------------
     def count(self, **deltas: float) -> None:
         """Add to the persistent counters (counters.py); a failing index warns once and is otherwise ignored.
-        While the index is busy the counts wait in memory for the next write that gets through."""
+        While the index is busy the counts wait in memory for the next write that gets through. With a fleet,
+        they are also reported to it (batched, in the background: core/fleetlog.py), read-only or not."""
+        if self.fleet_log is not None:
+            self.fleet_log.count(deltas)
         if self.index is None or self.read_only:
             return
         with self._pending_lock:
@@ -252,7 +261,9 @@ class EntryService:
 
     def touch(self, key: str, header: codec.EntryHeader | None = None, size: int = 0) -> None:
         """Record a use of ``key`` (its LRU position); a row the index lacks is re-added from ``header``.
-        Best effort: an index failure warns once and is otherwise ignored."""
+        Best effort: an index failure warns once and is otherwise ignored. The fleet hears of it too (its LRU)."""
+        if self.fleet_log is not None:
+            self.fleet_log.used(key)
         if self.index is None or self.read_only:
             return
         try:
@@ -307,7 +318,7 @@ class EntryService:
         if entry is None:
             return None
         self.write_entry(entry.header, entry.payload, share=False)
-        self.count(remote_hits=1)
+        self.count(remote_hits=1, fetch_bytes=len(data))
         log.info("graphcache: fetched %s (%d bytes) from %s", key, len(data), self.tier.name)
         return entry
 
@@ -333,11 +344,11 @@ class EntryService:
                                   f"{self.tier.breaker.retry_after:g}s, the local cache still works")
 
     def _coordinator_failed(self, what: str, exc: BaseException) -> None:
-        assert self.fleet is not None
+        assert self.fleet_side is not None
         self.count(remote_errors=1)
-        warn_once("coordinator_error", f"graphcache: {what} failed on the coordinator {self.fleet.coordinator.name} "
+        warn_once("coordinator_error", f"graphcache: {what} failed on the coordinator {self.fleet_side.tier.name} "
                                        f"({type(exc).__name__}: {exc}); compiling without waiting for other "
-                                       f"machines for {self.fleet.coordinator.breaker.retry_after:g}s")
+                                       f"machines for {self.fleet_side.tier.breaker.retry_after:g}s")
 
     # -- single flight: this host's lock, then the fleet's lease (core/flight.py) ---------------------------
     def compile_guard(self, key: str) -> Guard:
@@ -412,6 +423,8 @@ class EntryService:
                 warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
         if share and self.tier is not None and not self.tier.read_only:
             self.tier.upload(header.key, b"".join(parts), kinds.group_of(header))
+            if self.fleet_log is not None:
+                self.fleet_log.published(header)
         return True
 
     def has_entry(self, key: str) -> bool:
@@ -489,8 +502,12 @@ class EntryService:
             return None
         return found[0] if found is not None else None
 
-    def record_miss(self, miss: misses.Miss) -> None:
-        """Add ``miss`` to the index's bounded table of recent misses (best effort, like the counters)."""
+    def record_miss(self, miss: misses.Miss, parts: dict[str, str] | None = None) -> None:
+        """Add ``miss`` to the index's bounded table of recent misses (best effort, like the counters), and with
+        a fleet to its list too, with the graph's key ``parts`` (its nearest entry is found fleet-wide)."""
+        if self.fleet_log is not None:
+            self.fleet_log.missed({**miss.__dict__, "differs": list(miss.differs), "parts": parts or {},
+                                   "version": self.version, "identity": self.identity})
         if self.index is None or self.read_only:
             return
         from .index import misses
@@ -537,7 +554,10 @@ class EntryService:
         if self.tier is None:
             return written
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        return self.tier.flush(left) and written
+        uploaded = self.tier.flush(left)
+        if self.fleet_log is not None:  # best effort: counters are not entries (a failed push is kept)
+            self.fleet_log.push()
+        return uploaded and written
 
     # -- management (the TF-free CacheDir) -------------------------------------------------------------------
     def management(self) -> CacheDir:

@@ -35,6 +35,10 @@ ENV_REMOTE_RETRY_AFTER = "GRAPHCACHE_REMOTE_RETRY_AFTER"
 ENV_COORDINATOR = "GRAPHCACHE_COORDINATOR"
 ENV_FLEET_HEDGE = "GRAPHCACHE_FLEET_HEDGE"
 ENV_REDIS_PASSWORD = "GRAPHCACHE_REDIS_PASSWORD"
+# The fleet (core/fleetlog.py, core/budget.py): the name a host's counters and misses go under in Redis (default:
+# the host name), and the remote's size budget (LRU across the fleet beyond it; unset or 0: none).
+ENV_HOST = "GRAPHCACHE_HOST"
+ENV_REMOTE_MAX_SIZE = "GRAPHCACHE_REMOTE_MAX_SIZE"
 ENV_FUNCTIONS = "GRAPHCACHE_FUNCTIONS"  # TF2 functions' optimized graphs (functions/)
 ENV_XLA = "GRAPHCACHE_XLA"  # TensorFlow's XLA executables (xla/)
 ENV_TRACES = "GRAPHCACHE_TRACES"  # TF2 tf.function traces (traces/)
@@ -202,6 +206,7 @@ class CacheSettings(NamedTuple):
     coordinator: str = ""
     fleet_hedge: float = DEFAULT_FLEET_HEDGE
     redis_password: str | None = None
+    remote_max_size: int | None = None  # bytes; None: the remote has no budget
 
     def __repr__(self) -> str:
         from ..store.urls import redact
@@ -229,7 +234,7 @@ class CacheSettings(NamedTuple):
                 remote: str | None = None, remote_read_only: bool | None = None,
                 remote_timeout: float | str | None = None, remote_retry_after: float | str | None = None,
                 remote_options: dict[str, Any] | None = None, coordinator: str | None = None,
-                fleet_hedge: float | str | None = None) -> CacheSettings:
+                fleet_hedge: float | str | None = None, remote_max_size: int | str | None = None) -> CacheSettings:
         if on_version_change not in ("purge", "keep"):
             raise ValueError(f"on_version_change={on_version_change!r}: use 'purge' or 'keep'")
         return cls(
@@ -252,6 +257,7 @@ class CacheSettings(NamedTuple):
             coordinator=resolve_str(coordinator, ENV_COORDINATOR).strip(),
             fleet_hedge=resolve_duration(fleet_hedge, ENV_FLEET_HEDGE, DEFAULT_FLEET_HEDGE),
             redis_password=os.environ.get(ENV_REDIS_PASSWORD) or None,
+            remote_max_size=resolve_size(remote_max_size, ENV_REMOTE_MAX_SIZE, 0) or None,
         )
 
 

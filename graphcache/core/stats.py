@@ -88,6 +88,7 @@ class Stats:
     remote_errors: int = 0
     uploads: int = 0
     upload_bytes: int = 0
+    fetch_bytes: int = 0
     functions: dict[str, int] = field(default_factory=dict)
     traces: dict[str, int] = field(default_factory=dict)  # trace_hits, trace_misses, trace_uncacheable
     trace_reasons: dict[str, int] = field(default_factory=dict)  # trace_uncacheable by reason (nonzero only)

@@ -21,6 +21,8 @@ and schedules the traffic:
 - **After an upload**: ``after_upload(key, callback)`` runs ``callback`` once ``key``'s queued upload has
   finished (landed or failed), or at once when none is queued: a compile lease (core/flight.py) is released
   only once its entry is on the remote, so the machines waiting for it find it there.
+- **The budget**: with ``max_size`` given (core/budget.py), each upload that landed is followed, in the same
+  thread, by its check: the remote's least recently used entries beyond the budget are evicted.
 - **Other calls**: ``call(func, what)`` runs any other remote call (the fleet's leases) under the same deadline,
   breaker and reporting.
 
@@ -72,7 +74,8 @@ class RemoteTier:
     """``remote`` (a store: store/remote.py, or any other) behind the policies of the module docstring."""
 
     def __init__(self, remote: Any, *, timeout: float, retry_after: float,
-                 on_failure: Callable[[str, BaseException], None], on_upload: Callable[[int], None]) -> None:
+                 on_failure: Callable[[str, BaseException], None], on_upload: Callable[[int], None],
+                 max_size: int | None = None) -> None:
         self.remote = remote
         self.name = str(getattr(remote, "url", remote))
         self.timeout = timeout
@@ -89,6 +92,11 @@ class RemoteTier:
         self._pending_bytes = 0
         self._worker: threading.Thread | None = None
         self._after: dict[str, list[Callable[[], None]]] = {}  # key queued or in flight -> run when it is done
+        self.budget: Any = None  # core/budget.py's RemoteBudget, enforced after each upload
+        if max_size and not self.read_only:
+            from .budget import RemoteBudget
+
+            self.budget = RemoteBudget(remote, max_size, timeout=timeout)
 
     def __repr__(self) -> str:
         return f"RemoteTier({self.name!r})"
@@ -247,6 +255,8 @@ class RemoteTier:
                 self.remote.mark(group, key)
             except Exception as exc:  # the entry is up; only machines that fetch the group miss it
                 self._failed(f"marking entry {key} in group {group}", exc)
+        if self.budget is not None:
+            self.budget.after_upload(key)
 
     @property
     def pending_uploads(self) -> int:

@@ -218,7 +218,7 @@ def note_miss(cache: EntryService, fp: keys.Fingerprint, name: str, signature: S
     best = compare(cache, fp, signature, candidates[0], with_nodes=wanted) if candidates else None
     detail = "; ".join(f"{part}: {words}" for part, words in best.detail.items() if part != "options") if best else ""
     cache.record_miss(Miss(time.time(), name, fp.key, best.key if best else None,
-                           tuple(best.differs) if best else (), detail))
+                           tuple(best.differs) if best else (), detail), parts=fp.parts)
     if loud or (wanted and best is not None):  # at INFO, a first compile's miss line says all there is
         explained = Explanation(fp.key, name, False, signature, [best] if best else [], found[1])
         (log.warning if loud else log.info)("%s", explained.text())

@@ -6,7 +6,16 @@ Layout (``NS`` is the namespace, ``graphcache`` unless the option ``namespace`` 
     NS:v1:<version>:e:<key>                  the manifest: "<token> <chunks> <size> <mtime>"
     NS:v1:<version>:c:<key>:<token>:<i>      chunk i of the entry file written under <token>
     NS:v1:<version>:g:<group id>             a set: the keys listed in a marker group (as remote.py's markers)
+    NS:v1:<version>:groups                   a set: the version's group ids (removing an entry needs no SCAN)
     NS:v1:<version>:l:<key>, ...:h:<key>     the compile lease of <key>, and its hedge (one extra compiler)
+    NS:v1:fleet:size, NS:v1:fleet:bytes     a hash "<version>/<key>" -> size, and their total (the budget's)
+    NS:v1:fleet:used                         a sorted set: "<version>/<key>" scored by its last use (LRU)
+    NS:v1:fleet:parts                        a hash "<version>/<key>" -> the key parts of a graph entry (JSON)
+    NS:v1:fleet:hosts, ...:fleet:stats:<host>  the hosts that pushed counters, and each one's (HINCRBYFLOAT)
+    NS:v1:fleet:misses                       a list, newest first, of the fleet's recent misses (JSON, capped)
+
+The ``fleet:`` keys are bookkeeping, not entries: publishing and deleting an entry keep its size and last
+use (one script each, atomic with the manifest); reads record a use; the rest is pushed by core/fleetlog.py.
 
 ``v1`` and ``<version>`` mean what they mean in remote.py: a new TensorFlow writes under a new prefix. The
 entry file is byte for byte a local entry (codec.py); nothing read from here is trusted before the entry
@@ -58,13 +67,41 @@ RETRIES = 1  # redis-py retries a dropped connection once (a restarted server), 
 SCAN_BATCH = 500
 INSTALL_HINT = "pip install graphcache[redis]"
 
-# KEYS[1]: the manifest; KEYS[2..]: the chunks it names, written with a TTL. ARGV[1]: the manifest's value.
+MISSES_KEPT = 1000  # the fleet's recent misses kept (as the index keeps a dir's: core/index/misses.py)
+# KEYS[1]: the manifest; KEYS[2..4]: sizes, total, last uses; KEYS[5..]: the chunks it names, written with a TTL.
+# ARGV: the manifest's value, the member "<version>/<key>", the size, the time.
 _PUBLISH = """
-for i = 2, #KEYS do
+for i = 5, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 0 then return redis.error_reply('a chunk expired before it was published') end
 end
-for i = 2, #KEYS do redis.call('PERSIST', KEYS[i]) end
+for i = 5, #KEYS do redis.call('PERSIST', KEYS[i]) end
+local old = redis.call('HGET', KEYS[2], ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+redis.call('INCRBY', KEYS[3], tonumber(ARGV[3]) - (tonumber(old) or 0))
+redis.call('ZADD', KEYS[4], ARGV[4], ARGV[2])
 return redis.call('SET', KEYS[1], ARGV[1], 'GET')
+"""
+# KEYS[1]: the manifest; KEYS[2..5]: sizes, total, last uses, parts. ARGV: the member, the chunks' name prefix.
+# The entry (manifest, then chunks) and its bookkeeping go in one step: the bytes freed (0: it was not there).
+_DELETE = """
+local freed = 0
+local raw = redis.call('GET', KEYS[1])
+if raw then
+  local token, chunks, size = string.match(raw, '^(%S+) (%d+) (%d+) ')
+  if token then
+    redis.call('DEL', KEYS[1])
+    for i = 0, tonumber(chunks) - 1 do redis.call('UNLINK', ARGV[2] .. ':' .. token .. ':' .. i) end
+    freed = tonumber(size)
+  end
+end
+local known = redis.call('HGET', KEYS[2], ARGV[1])
+if known then
+  redis.call('HDEL', KEYS[2], ARGV[1])
+  if redis.call('DECRBY', KEYS[3], known) <= 0 then redis.call('DEL', KEYS[3]) end
+end
+redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('HDEL', KEYS[5], ARGV[1])
+return freed
 """
 _RENEW = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0"
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
@@ -168,7 +205,8 @@ class RedisStore(Store):
             raise RemoteError(f"cannot use the remote {self.url}: {self.scrub(str(exc))}") from None
         self._errors = (redis.exceptions.RedisError,)
         self._scripts = {name: client.register_script(text) for name, text in
-                         (("publish", _PUBLISH), ("renew", _RENEW), ("release", _RELEASE))}
+                         (("publish", _PUBLISH), ("delete", _DELETE), ("renew", _RENEW),
+                                                             ("release", _RELEASE))}
         return client
 
     @contextlib.contextmanager
@@ -200,6 +238,15 @@ class RedisStore(Store):
         base = self._name("c", key, version)
         return [f"{base}:{manifest.token}:{i}" for i in range(manifest.chunks)]
 
+    def _fleet(self, name: str) -> str:
+        return f"{self.namespace}:{LAYOUT}:fleet:{name}"
+
+    def _member(self, key: str, version: str | None = None) -> str:
+        return f"{self.version if version is None else version}/{key}"
+
+    def _bookkeeping(self) -> list[str]:
+        return [self._fleet("size"), self._fleet("bytes"), self._fleet("used")]
+
     def _group_name(self, group: str) -> str:
         if not is_group_id(group):
             raise RemoteError(f"{group!r} is not a marker group id")
@@ -218,7 +265,8 @@ class RedisStore(Store):
                 pipe = client.pipeline(transaction=False)
                 for name in self._chunk_names(key, manifest):
                     pipe.get(name)
-                chunks = pipe.execute()
+                pipe.zadd(self._fleet("used"), {self._member(key): time.time()}, xx=True)  # a use, for the LRU
+                chunks = pipe.execute()[:-1]
                 if all(chunk is not None for chunk in chunks):
                     return b"".join(chunks)
             return None  # its chunks are gone (evicted, purged): a miss
@@ -236,8 +284,9 @@ class RedisStore(Store):
             for i, name in enumerate(names):
                 pipe.set(name, data[i * self.chunk_bytes:(i + 1) * self.chunk_bytes], px=ORPHAN_TTL_MS)
             pipe.execute()
-            old = Manifest.decode(self._scripts["publish"](keys=[self._name("e", key), *names],
-                                                           args=[manifest.encode()], client=client))
+            old = Manifest.decode(self._scripts["publish"](
+                keys=[self._name("e", key), *self._bookkeeping(), *names],
+                args=[manifest.encode(), self._member(key), manifest.size, manifest.mtime], client=client))
             if old is not None and old.token != manifest.token:
                 client.unlink(*self._chunk_names(key, old))
 
@@ -254,11 +303,9 @@ class RedisStore(Store):
 
     def _delete(self, key: str, version: str) -> int:
         with self._calls(f"deleting {key}") as client:
-            manifest = self._manifest(client, key, version)
-            if manifest is None:
-                return 0
-            client.unlink(self._name("e", key, version), *self._chunk_names(key, manifest, version))
-        return manifest.size
+            return int(self._scripts["delete"](
+                keys=[self._name("e", key, version), *self._bookkeeping(), self._fleet("parts")],
+                args=[self._member(key, version), self._name("c", key, version)], client=client) or 0)
 
     def scan(self) -> Iterator[RemoteFile]:
         """Every entry of every version (chunks, groups and leases are not entries)."""
@@ -279,7 +326,7 @@ class RedisStore(Store):
         self._writable()
         name = self._group_name(group)
         with self._calls(f"marking {key}") as client:
-            client.sadd(name, key)
+            client.pipeline(transaction=False).sadd(name, key).sadd(f"{self._prefix()}:groups", group).execute()
 
     def marked(self, group: str) -> list[str]:
         name = self._group_name(group)
@@ -317,12 +364,20 @@ class RedisStore(Store):
         """Delete these entries and their group listings: (count, bytes)."""
         self._writable()
         count = size = 0
+        by_version: dict[str, list[str]] = {}
         for f in files:
             freed = self._delete(f.key, f.version)
             count, size = count + (freed > 0), size + freed
-            with self._calls("unlisting entries") as client:
-                for group in client.scan_iter(match=f"{_glob_escape(self._prefix(f.version))}:g:*", count=SCAN_BATCH):
-                    client.srem(group, f.key)
+            by_version.setdefault(f.version, []).append(f.key)
+        with self._calls("unlisting entries") as client:  # the groups a version has are listed: no SCAN
+            for version, keys in by_version.items():
+                prefix = self._prefix(version)
+                groups = [g.decode("ascii", "replace") for g in client.smembers(f"{prefix}:groups")]
+                pipe = client.pipeline(transaction=False)
+                for group in groups:
+                    if is_group_id(group):
+                        pipe.srem(f"{prefix}:g:{group}", *keys)
+                pipe.execute()
         return count, size
 
     def remove_versions(self, versions: Iterable[str]) -> tuple[int, int]:
@@ -330,9 +385,103 @@ class RedisStore(Store):
         self._writable()
         versions = set(versions)
         doomed = [f for f in self.scan() if f.version in versions]
+        for f in doomed:  # entry by entry first, so the budget's bookkeeping forgets them too
+            self._delete(f.key, f.version)
         with self._calls("purging versions") as client:
             for version in versions:
                 names = list(client.scan_iter(match=f"{_glob_escape(self._prefix(version))}:*", count=SCAN_BATCH))
                 for start in range(0, len(names), SCAN_BATCH):
                     client.unlink(*names[start:start + SCAN_BATCH])
         return len(doomed), sum(f.size for f in doomed)
+
+    # -- the fleet's bookkeeping (core/fleetlog.py, core/budget.py, the CLI) -------------------------------
+    def used_bytes(self) -> int:
+        """The bytes of every entry published since the bookkeeping existed (the budget's total)."""
+        with self._calls("reading the remote's size") as client:
+            return max(0, int(client.get(self._fleet("bytes")) or 0))
+
+    def least_recent(self, count: int) -> list[RemoteFile]:
+        """The ``count`` entries used longest ago (``mtime``: their last use), oldest first."""
+        with self._calls("listing the least recently used entries") as client:
+            used = client.zrange(self._fleet("used"), 0, max(0, count - 1), withscores=True)
+            sizes = client.hmget(self._fleet("size"), [member for member, _ in used]) if used else []
+        found = []
+        for (member, score), size in zip(used, sizes, strict=True):
+            version, _, key = member.decode("ascii", "replace").rpartition("/")
+            if is_key(key) and version:
+                found.append(RemoteFile(key, self._name("e", key, version), int(size or 0), float(score), version))
+        return found
+
+    def last_uses(self) -> dict[tuple[str, str], float]:
+        """(version, key) -> last use, for every entry the bookkeeping knows."""
+        with self._calls("reading last uses") as client:
+            found = {}
+            for member, score in client.zscan_iter(self._fleet("used"), count=SCAN_BATCH):
+                version, _, key = member.decode("ascii", "replace").rpartition("/")
+                found[(version, key)] = float(score)
+            return found
+
+    def touch(self, keys: Iterable[str], when: float | None = None) -> None:
+        """Record a use of these entries (of the bound version) that are on the remote (ZADD XX)."""
+        members = {self._member(key): time.time() if when is None else when for key in keys if is_key(key)}
+        if members:
+            with self._calls("recording uses") as client:
+                client.zadd(self._fleet("used"), members, xx=True)
+
+    def push_fleet(self, host: str, counters: dict[str, float], misses: Iterable[str] = (),
+                   parts: dict[str, str] | None = None) -> None:
+        """One round trip: ``counters`` added to ``host``'s (HINCRBYFLOAT), its recent ``misses`` (JSON lines)
+        pushed onto the capped list, graph entries' ``parts`` (key -> JSON, of the bound version) set.
+        Bookkeeping, not entries: a read-only remote takes them too."""
+        misses = list(misses)
+        with self._calls("pushing counters") as client:
+            pipe = client.pipeline(transaction=False)
+            pipe.sadd(self._fleet("hosts"), host)
+            pipe.hset(self._fleet("seen"), host, f"{time.time():.3f}")
+            for name, value in counters.items():
+                if value:
+                    pipe.hincrbyfloat(self._fleet(f"stats:{host}"), name, value)
+            if misses:
+                pipe.lpush(self._fleet("misses"), *misses)
+                pipe.ltrim(self._fleet("misses"), 0, MISSES_KEPT - 1)
+            if parts:
+                pipe.hset(self._fleet("parts"), mapping={self._member(key): value for key, value in parts.items()})
+            pipe.execute()
+
+    def fleet_counters(self) -> dict[str, tuple[float, dict[str, float]]]:
+        """host -> (its last push, its counters), for every host that pushed."""
+        with self._calls("reading the fleet's counters") as client:
+            hosts = sorted(h.decode("utf-8", "replace") for h in client.smembers(self._fleet("hosts")))
+            pipe = client.pipeline(transaction=False)
+            for host in hosts:
+                pipe.hgetall(self._fleet(f"stats:{host}"))
+            pipe.hgetall(self._fleet("seen"))
+            *tables, seen = pipe.execute()
+        last = {h.decode("utf-8", "replace"): float(t) for h, t in seen.items()}
+        return {host: (last.get(host, 0.0), {k.decode("utf-8", "replace"): float(v) for k, v in table.items()})
+                for host, table in zip(hosts, tables, strict=True)}
+
+    def fleet_misses(self, limit: int = MISSES_KEPT) -> list[bytes]:
+        """The fleet's recent misses as pushed (JSON), newest first."""
+        with self._calls("reading the fleet's misses") as client:
+            return list(client.lrange(self._fleet("misses"), 0, max(0, limit - 1)))
+
+    def fleet_parts(self) -> dict[tuple[str, str], bytes]:
+        """(version, key) -> the JSON key parts of every graph entry a host published."""
+        with self._calls("reading the entries' key parts") as client:
+            found = {}
+            for member, value in client.hscan_iter(self._fleet("parts"), count=SCAN_BATCH):
+                version, _, key = member.decode("ascii", "replace").rpartition("/")
+                found[(version, key)] = value
+            return found
+
+    def clear_fleet_counters(self) -> int:
+        """Forget every host's counters (``zero-stats --remote``); the number of hosts forgotten."""
+        with self._calls("resetting the fleet's counters") as client:
+            hosts = [h.decode("utf-8", "replace") for h in client.smembers(self._fleet("hosts"))]
+            client.unlink(self._fleet("hosts"), self._fleet("seen"), *(self._fleet(f"stats:{h}") for h in hosts))
+        return len(hosts)
+
+    def clear_fleet_misses(self) -> None:
+        with self._calls("forgetting the fleet's misses") as client:
+            client.delete(self._fleet("misses"))
