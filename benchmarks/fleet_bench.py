@@ -24,6 +24,7 @@ Needs redis-server on this machine, and moto + s3fs for the S3 variants (skipped
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -244,8 +245,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="cnn", help=f"one of {', '.join(common.MODEL_NAMES)}")
     parser.add_argument("--hosts", type=int, default=4)
+    parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
-    print(format_result(bench(args.model, args.hosts)))
+    result = bench(args.model, args.hosts)
+    print(format_result(result))
+    if args.json:
+        args.json.write_text(json.dumps({"machine": common.machine_info(), **result}, indent=2, default=str) + "\n")
     return 0
 
 

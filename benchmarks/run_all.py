@@ -22,6 +22,8 @@ Sections (each a module of benchmarks/, each figure a median of several runs, co
 12. ``functions``: TF2 functions' first calls, cold / warm / TensorFlow's own file cache / Grappler off
     (functions_bench.py, as a script);
 13. ``traces``: a tf.function's first call with its trace served from the cache (trace_bench.py, as a script);
+    ``fleet``: N hosts on one graph through Redis, S3 + a coordinator, S3 alone, nothing shared (fleet_bench.py,
+    as a script; needs redis-server; full run only);
 14. ``session_memory``: the memory growth (resident set and peak) of a session running four fetch
     signatures of ResNet50, plain vs graphcache (session_memory.py, as a script; full run only).
 
@@ -68,7 +70,7 @@ import tf1_train
 import whole_process
 
 SECTIONS = ("cold_warm", "whole_process", "import_time", "other_models", "tf1", "tf1_cached", "zstd", "xla", "stores", "concurrency", "store_scale", "accelerate", "saved_model",
-            "functions", "traces", "session_memory")
+            "functions", "traces", "fleet", "session_memory")
 FINGERPRINT_GOAL_MB_S = 1000.0
 STORE_SCALE_GOALS = {"stats_json_seconds": 2.0, "ls_json_seconds": 2.0, "put_ratio": 1.5}
 SCRIPT_TIMEOUT = 1800.0
@@ -94,6 +96,7 @@ class Plan:
     saved_model_args: tuple[str, ...] | None = ("--runs", "5")  # None: not run
     functions_args: tuple[str, ...] = ()  # the default run: every workload, 3 runs
     traces_args: tuple[str, ...] = ()  # trace_bench.py's default run: 3 runs of every variant
+    fleet_args: tuple[str, ...] | None = ()  # fleet_bench.py's default run (4 hosts, a small CNN); None: not run
     other_models: tuple[str, ...] = common.OTHER_MODELS  # (): not run
     other_runs: int = 3
     session_memory_args: tuple[str, ...] | None = ("--runs", "3")  # None: not run
@@ -112,7 +115,7 @@ FULL = Plan(models=("resnet50", "mobilenetv2", "inceptionv3", "efficientnetb0", 
 QUICK = Plan(models=("resnet50",), runs=3, bert_runs=3, parts=False, tf1_runs=3, zstd_repeats=3, zstd_bert_repeats=3,
              store_repeats=3, concurrency_model="mobilenetv2", concurrency_procs=8, concurrency_rounds=1, xla_args=None,
              store_scale_args=("--puts", "20"), accelerate_args=("--steps", "60"), saved_model_args=None,
-             functions_args=("--workloads", "deep8k", "--runs", "1"), traces_args=("--runs", "1"),
+             functions_args=("--workloads", "deep8k", "--runs", "1"), traces_args=("--runs", "1"), fleet_args=None,
              session_memory_args=None,
              other_models=(), whole_process_models=("mobilenetv2",), whole_process_runs=3, whole_process_warmup=0,
              import_runs=3)
@@ -184,10 +187,11 @@ def run_sections(plan: Plan, log: Callable[[str], None] = _log) -> dict[str, Any
         "saved_model": lambda: run_script("saved_model_bench.py", plan.saved_model_args or ()),
         "functions": lambda: run_script("functions_bench.py", plan.functions_args),
         "traces": lambda: run_script("trace_bench.py", plan.traces_args),
+        "fleet": lambda: run_script("fleet_bench.py", plan.fleet_args or ()),
         "session_memory": lambda: run_script("session_memory.py", plan.session_memory_args or ()),
     }
     not_planned = {"xla": plan.xla_args, "saved_model": plan.saved_model_args,
-                   "session_memory": plan.session_memory_args, "other_models": plan.other_models or None,
+                   "session_memory": plan.session_memory_args, "fleet": plan.fleet_args, "other_models": plan.other_models or None,
                    "whole_process": plan.whole_process_models or None}
     for name in SECTIONS:
         if name not in plan.sections or (name in not_planned and not_planned[name] is None):
@@ -723,6 +727,7 @@ def _markdown_scripts(report: dict[str, Any]) -> list[str]:
                                 ("saved_model", "SavedModel cold start", "saved_model_bench.py"),
                                 ("functions", "TF2 functions' first calls", "functions_bench.py"),
                                 ("traces", "TF2 traces served from the cache", "trace_bench.py"),
+                                ("fleet", "A fleet: N hosts through Redis, S3, or nothing shared", "fleet_bench.py"),
                                 ("session_memory", "Session memory, several fetch signatures", "session_memory.py")):
         data = report["sections"].get(name)
         if not data:
