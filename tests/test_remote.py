@@ -444,3 +444,14 @@ def test_push_skips_a_corrupt_entry_and_sends_the_rest(s3, tmp_path, mlp, cnn):
     assert [e["key"] for e in summary["pushed"]] == [good]
     assert [s["key"] for s in summary["skipped"]] == [bad] and "verify --fix" in result.stderr
     assert list(s3.objects()) == [f"{PREFIX}/v1/{local.version}/{good}.gce"]
+
+
+@pytest.mark.parametrize("url, extra, backend", [("gs://bucket/gc", "gcs", "gcsfs"), ("az://container/gc", "azure", "adlfs")])
+def test_a_remote_whose_backend_is_missing_names_its_extra(url, extra, backend):
+    try:
+        __import__(backend)
+        pytest.skip(f"{backend} is installed here")
+    except ImportError:
+        pass
+    with pytest.raises(RemoteError, match=rf"pip install graphcache\[{extra}\]"):
+        RemoteStore(url, version="tf2.21.0-00000000").stat("0" * 32)

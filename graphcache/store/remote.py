@@ -65,6 +65,8 @@ MARKERS_DIR = "xla"
 # Object stores publish an object atomically when its (single or multipart) upload completes: no temp name.
 _OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "oss", "memory"})
 _S3 = frozenset({"s3", "s3a"})
+# URL scheme -> the extra that installs its fsspec backend (pyproject.toml); s3 and s3a: the s3 extra.
+EXTRAS = {"gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure", "adl": "azure"}
 S3_RETRIES = 2  # attempts s3fs makes at a request that timed out or dropped (its default, 5, outlasts any timeout)
 
 T = TypeVar("T")
@@ -213,10 +215,12 @@ class RemoteStore(Store):
             return self._fs
 
     def _install_hint(self) -> str:
-        """What to install for this URL: the s3 extra for S3, fsspec and its backend otherwise."""
-        if scheme(self.url) in _S3:  # not self.protocol: that needs fsspec, which may be what is missing
-            return "pip install graphcache[s3]"
-        return "pip install fsspec and the fsspec backend of this URL (gcsfs, adlfs, ...)"
+        """What to install for this URL: its extra (s3, gcs, azure), else fsspec and the URL's backend."""
+        found = scheme(self.url)  # not self.protocol: that needs fsspec, which may be what is missing
+        extra = "s3" if found in _S3 else EXTRAS.get(found)
+        if extra is not None:
+            return f"pip install graphcache[{extra}]"
+        return "pip install fsspec and the fsspec backend of this URL"
 
     @property
     def root(self) -> str:
