@@ -18,10 +18,12 @@ from .helpers import run_python
 
 BASE = {"activation": "relu", "own": "+ 0.25", "flag": False, "units": 5}
 CHANGED = {"activation": "tanh", "own": "- 0.25", "flag": True, "units": 6}
-# Each model reads one thing CHANGED changes; "sub" (a subclassed model) and "lazy" (one that builds its
-# layers inside its first predict) read none of them.
+# Each model reads one thing CHANGED changes; "sub" (a subclassed model), "lazy" (one that builds its
+# layers inside its first predict) and "noise" (random numbers from a SeedGenerator, whose state variable the
+# trace captures and advances) read none of them.
 VARIANT_MODELS = ("activation", "own", "flag", "units")
-MODELS = (*VARIANT_MODELS, "sub", "lazy")
+UNCHANGED_MODELS = ("sub", "lazy", "noise")
+MODELS = (*VARIANT_MODELS, *UNCHANGED_MODELS)
 
 CHILD = '''
 import json, logging, sys, warnings
@@ -67,6 +69,15 @@ class Flagged(keras.layers.Layer):
         return {{**super().get_config(), "factor": self.factor}}
 
 
+class Noisy(keras.layers.Layer):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.seeds = keras.random.SeedGenerator(3)
+
+    def call(self, inputs):
+        return inputs + keras.random.normal(keras.ops.shape(inputs), stddev=0.1, seed=self.seeds)
+
+
 class Sub(keras.Model):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -92,8 +103,9 @@ models = {{name: functional(name) for name in ("activation", "own", "flag", "uni
 models["sub"] = Sub()
 models["sub"](np.zeros((1, 4), np.float32))  # built before predict
 models["lazy"] = Sub()  # built by its first predict, inside the trace
+models["noise"] = keras.Sequential([keras.Input((4,)), Noisy(), keras.layers.Dense(2)])
 
-ran = {{"Offset.call": 0, "Flagged.call": 0, "Sub.call": 0}}
+ran = {{"Offset.call": 0, "Flagged.call": 0, "Sub.call": 0, "Noisy.call": 0}}
 def profile(frame, event, arg):
     if event == "call" and frame.f_code.co_qualname in ran:
         ran[frame.f_code.co_qualname] += 1
@@ -107,6 +119,7 @@ for name, model in models.items():
     sys.setprofile(None)
     runs[name] = sum(ran.values()) - sum(before.values())
 values["again"] = models["own"].predict(x, batch_size=8, verbose=0).tolist()
+values["noise again"] = models["noise"].predict(x, batch_size=8, verbose=0).tolist()  # the next random numbers
 out = {{"values": values, "runs": runs, "called": bool(models["sub"]._called)}}
 if {use_cache}:
     cache.wait_for_writes()
@@ -144,7 +157,8 @@ def test_keras_predict_warm_hits_and_every_change_misses(cache_dir):
     fast = child(cache_dir, BASE, verify=False)
     assert fast["values"] == plain["values"], "a hit predicts exactly what plain TensorFlow predicts"
     assert fast["values"]["again"] == plain["values"]["own"]
-    assert all(fast["runs"][name] == 0 for name in ("own", "flag", "sub")), fast["runs"]  # no Python tracing
+    assert fast["values"]["noise again"] != fast["values"]["noise"]  # the restored trace advances the seed state
+    assert all(fast["runs"][name] == 0 for name in ("own", "flag", "sub", "noise")), fast["runs"]  # no Python tracing
     assert fast["runs"]["lazy"] >= 1  # its refused first trace runs (and builds it); the retrace is a hit
     assert fast["traces"]["trace_hits"] == 2 * STORED and fast["reasons"]["keras"] == 3
     assert fast["called"]
@@ -158,7 +172,7 @@ def test_keras_predict_warm_hits_and_every_change_misses(cache_dir):
         assert changed["values"][name] != plain["values"][name], name
     assert changed["runs"]["own"] >= 1 and changed["runs"]["flag"] >= 1
     assert changed["traces"]["trace_misses"] == STORED + len(VARIANT_MODELS) + 1  # + activation's second trace
-    assert changed["traces"]["trace_hits"] == 2 * STORED + 2  # sub and lazy hit (and were verified)
+    assert changed["traces"]["trace_hits"] == 2 * STORED + len(UNCHANGED_MODELS)  # they hit (and were verified)
     assert changed["by_kind"]["entries"] == STORED + len(VARIANT_MODELS) + 1
 
 

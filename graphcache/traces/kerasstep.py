@@ -6,7 +6,7 @@
 instead of the function (walk.py's Walk, so user code is hashed the same way):
 
 - Keras' settings the trace reads: ``floatx``, ``epsilon``, ``image_data_format``, the global dtype
-  policy, the backend; the model's ``jit_compile`` (True is refused in this slice), ``steps_per_execution``
+  policy, the backend, flash attention and NNX switches; the model's ``jit_compile`` (True is refused in this slice), ``steps_per_execution``
   (more than 1 refused: ``multi_step_on_data``), ``run_eagerly`` (never a tf.function), its distribution
   strategy and Keras' distribution (any but the default refused);
 - every layer, the model first (``_flatten_layers``, in that order): its class (a user class walked:
@@ -55,6 +55,7 @@ SETUP_METHODS = frozenset({"__init__", "__new__", "build", "get_config", "from_c
                            "save_own_variables", "load_own_variables", "__repr__", "__str__", "__setattr__"})
 ATTRIBUTE_READS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
 ATTRIBUTE_WRITES = frozenset({"STORE_ATTR", "DELETE_ATTR"})
+KERAS_SWITCHES = ("is_flash_attention_enabled", "is_nnx_enabled")  # keras.config switches layers read at call time
 LAYER_FLAGS = ("built", "trainable", "autocast", "supports_masking", "_call_has_training_arg", "_call_has_mask_arg")
 
 
@@ -104,9 +105,10 @@ def walk_step(step: PredictStep) -> Walk:
     _check_model(model)
     walk = Walk()
     walk.packages.update({"keras", "tensorflow"})
+    switches = [getattr(keras.config, name)() for name in KERAS_SWITCHES if hasattr(keras.config, name)]
     walk.value(("keras predict step", step.function.__qualname__, keras.config.floatx(), keras.config.epsilon(),
                 keras.config.image_data_format(), keras.config.dtype_policy().name, keras.config.backend(),
-                bool(model.jit_compile), int(model.steps_per_execution)), "settings")
+                switches, bool(model.jit_compile), int(model.steps_per_execution)), "settings")
     variables = list(model.variables)
     known: dict[int, str] = {}
     for index, variable in enumerate(variables):
