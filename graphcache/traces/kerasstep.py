@@ -56,6 +56,7 @@ SETUP_METHODS = frozenset({"__init__", "__new__", "build", "get_config", "from_c
 ATTRIBUTE_READS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
 ATTRIBUTE_WRITES = frozenset({"STORE_ATTR", "DELETE_ATTR"})
 KERAS_SWITCHES = ("is_flash_attention_enabled", "is_nnx_enabled")  # keras.config switches layers read at call time
+CONFIG_SCALARS = (type(None), bool, int, float, str)  # what a config is made of, besides lists and dicts
 LAYER_FLAGS = ("built", "trainable", "autocast", "supports_masking", "_call_has_training_arg", "_call_has_mask_arg")
 
 
@@ -116,8 +117,9 @@ def walk_step(step: PredictStep) -> Walk:
     layers = model._flatten_layers(include_self=True, recursive=True)
     for index, layer in enumerate(layers):
         known[id(layer)] = f"layer {index}"
+    covered = _in_configs(layers)
     for index, layer in enumerate(layers):
-        _layer(walk, layer, index, known)
+        _layer(walk, layer, index, known, id(layer) in covered)
     for index, variable in enumerate(variables):
         value = getattr(variable, "_value", None)
         if not isinstance(value, resource_variable_ops.BaseResourceVariable):
@@ -144,7 +146,20 @@ def _check_model(model: Any) -> None:
         raise Uncacheable(REASON, "a Keras distribution is set")
 
 
-def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str]) -> None:
+def _in_configs(layers: list[Any]) -> set[int]:
+    """The layers whose config (and build config) is part of a functional or sequential model's config in the
+    walk already (``serialize_keras_object`` of each of its layers): not asked for their config again."""
+    from keras.src.models.functional import Functional
+    from keras.src.models.sequential import Sequential
+
+    covered: set[int] = set()
+    for layer in layers:
+        if type(layer) in (Functional, Sequential):
+            covered.update(id(inner) for inner in layer.layers)
+    return covered
+
+
+def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], covered: bool) -> None:
     import keras
 
     cls = type(layer)
@@ -156,11 +171,11 @@ def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str]) -> None:
     path = f"layer{index}"
     walk.value(cls, f"{path}/class")
     try:
-        config, build_config = layer.get_config(), layer.get_build_config()
+        configs = None if covered else (layer.get_config(), layer.get_build_config())
     except Exception as exc:  # NotImplementedError for subclassed layers without a config, and any other
         raise Uncacheable(REASON, f"{where}: get_config() fails ({type(exc).__name__}: {exc})") from None
     try:
-        walk.value(("layer", index, layer.name, layer.dtype_policy.name, config, build_config,
+        walk.value(("layer", index, layer.name, layer.dtype_policy.name, _config_text(configs),
                     [getattr(layer, flag, None) for flag in LAYER_FLAGS], index == 0 or bool(layer._called)), path)
     except Uncacheable as exc:
         raise Uncacheable(REASON, f"{where}: its config is not plain ({exc.detail})") from None
@@ -244,6 +259,43 @@ def _state(walk: Walk, value: Any, where: str, known: dict[int, str], depth: int
             walk.value(value, where)
         except Uncacheable as exc:
             raise Uncacheable(REASON, f"{where}: {exc.detail}") from None
+
+
+def _config_text(value: Any) -> Any:
+    """A config as exact text when it is made of plain JSON-like values only (``repr`` tells tuple from list,
+    int from float, and keeps dict order; Keras' and TensorFlow's tracked lists and dicts as the list and dict
+    they stand for), else the config itself (walk.py keys it, or refuses what is not plain)."""
+    parts: list[str] = []
+    return "".join(parts) if _config_repr(value, parts, 0) else value
+
+
+def _config_repr(value: Any, parts: list[str], depth: int) -> bool:
+    kind = type(value)
+    if kind in CONFIG_SCALARS:
+        parts.append(f"{kind.__name__[0]}{value!r}")
+        return True
+    if depth > 64:
+        return False
+    if isinstance(value, dict) and (kind is dict or is_library(kind.__module__)):
+        parts.append("{")
+        for key, item in value.items():
+            if type(key) is not str:
+                return False
+            parts.append(f"{key!r}:")
+            if not _config_repr(item, parts, depth + 1):
+                return False
+            parts.append(",")
+        parts.append("}")
+        return True
+    if kind is tuple or (isinstance(value, list) and (kind is list or is_library(kind.__module__))):
+        parts.append("(" if kind is tuple else "[")
+        for item in value:
+            if not _config_repr(item, parts, depth + 1):
+                return False
+            parts.append(",")
+        parts.append(")" if kind is tuple else "]")
+        return True
+    return False
 
 
 def _plain_or_tracked(kind: type) -> bool:
