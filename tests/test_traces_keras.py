@@ -314,3 +314,48 @@ def _sub_class():
 
 def Sub():  # noqa: N802 - a model class, made when first asked for (keras is imported lazily here)
     return _sub_class()()
+
+
+# -- keras.applications: a small one by default, a sweep behind `slow` ------------------------------------------
+APPLICATION = '''
+import json, logging
+import numpy as np
+import keras
+
+messages = []
+handler = logging.Handler()
+handler.emit = lambda record: messages.append((record.levelname, record.getMessage()))
+logging.getLogger("graphcache").addHandler(handler)
+logging.getLogger("graphcache").setLevel(logging.INFO)
+if {use_cache}:
+    import graphcache
+    cache = graphcache.GraphCache({cache_dir!r}, traces=True)
+keras.utils.set_random_seed(0)
+model = getattr(keras.applications, {name!r})(weights=None, input_shape=({size}, {size}, 3))
+x = np.linspace(0.0, 1.0, 2 * {size} * {size} * 3, dtype=np.float32).reshape(2, {size}, {size}, 3)
+out = {{"y": model.predict(x, verbose=0).tolist()}}
+if {use_cache}:
+    cache.wait_for_writes()
+    out.update(traces=cache.stats().traces, reasons=cache.stats().trace_reasons)
+out["errors"] = [m for level, m in messages if level == "ERROR"]
+out["refused"] = [m for level, m in messages if "not cached (keras)" in m]
+print(json.dumps(out))
+'''
+SWEEP = ("MobileNetV2", "ResNet50", "DenseNet121", "EfficientNetB0", "InceptionV3", "NASNetMobile", "ConvNeXtTiny")
+
+
+def _application(cache_dir, name: str, size: int) -> dict:
+    code = APPLICATION.format(use_cache=cache_dir is not None, cache_dir=str(cache_dir or ""), name=name, size=size)
+    return run_python(code, env={"GRAPHCACHE_TRACE_VERIFY": "1"}, timeout=900)
+
+
+@pytest.mark.parametrize("name", ["MobileNetV3Small", *(pytest.param(name, marks=pytest.mark.slow) for name in SWEEP)])
+def test_keras_applications_predict_hits_with_plain_outputs(cache_dir, name):
+    size = {"InceptionV3": 75, "NASNetMobile": 224}.get(name, 96 if name == "MobileNetV3Small" else 64)
+    plain = _application(None, name, size)
+    cold = _application(cache_dir, name, size)
+    assert cold["y"] == plain["y"] and not cold["errors"] and not cold["refused"], cold
+    assert cold["traces"]["trace_misses"] == 1, cold["traces"]
+    warm = _application(cache_dir, name, size)  # verified against a fresh trace
+    assert warm["y"] == plain["y"] and not warm["errors"], warm["errors"]
+    assert warm["traces"]["trace_hits"] == 1, warm["traces"]
