@@ -6,15 +6,19 @@
 instead of the function (walk.py's Walk, so user code is hashed the same way):
 
 - Keras' settings the trace reads: ``floatx``, ``epsilon``, ``image_data_format``, the global dtype
-  policy, the backend, flash attention and NNX switches; the model's ``jit_compile`` (True is refused in this slice), ``steps_per_execution``
+  policy, the backend, flash attention and NNX switches; the model's ``jit_compile`` (the nested XLA
+  function is part of the stored library), ``steps_per_execution``
   (more than 1 refused: ``multi_step_on_data``), ``run_eagerly`` (never a tf.function), its distribution
   strategy and Keras' distribution (any but the default refused);
 - every layer, the model first (``_flatten_layers``, in that order): its class (a user class walked:
   methods' code, the globals and closures they read; a library class by name, Keras' version in the
-  ``versions`` part), its ``get_config()`` keyed exactly by walk.py's plain values (refused when it fails
-  or holds anything else), its build config, ``built`` (an unbuilt layer would create variables inside the
-  trace: refused), ``_called`` (of sublayers: one the trace calls first is changed by it, so the walk
-  after the trace differs and it is not stored; InputLayers are never called), ``autocast``, ``supports_masking``, its call-argument flags; a ``Lambda``'s function walked as user code;
+  ``versions`` part), its ``get_config()`` and build config keyed exactly (repr of plain JSON-like values,
+  else walk.py's plain values; refused when it fails or holds anything else; a layer inside a functional
+  or sequential model is covered by that model's config), ``built`` (an unbuilt layer would create
+  variables inside the trace: refused), ``_called`` (of sublayers: one the trace calls first is changed by
+  it, so the walk after the trace differs and it is not stored; InputLayers are never called),
+  ``autocast``, ``supports_masking``, its call-argument flags; the eager tensors it holds as attributes
+  (``Normalization``'s mean and variance: bindings, by value); a ``Lambda``'s function walked as user code;
   layers that run foreign code (``TFSMLayer``, ``TorchModuleWrapper``, ``JaxLayer``, ``FlaxLayer``) refused;
 - for a user class, each ``self.<name>`` its methods read (outside ``__init__``/``build``/config methods):
   a layer or variable of the model (by its index), a dtype policy, a seed generator, containers of those,
@@ -39,6 +43,7 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
+from tensorflow.python.framework import ops
 from tensorflow.python.ops import resource_variable_ops
 
 from .walk import Uncacheable, Walk, is_library
@@ -136,8 +141,6 @@ def _check_model(model: Any) -> None:
 
     if model.run_eagerly:
         raise Uncacheable(REASON, "the model runs eagerly")
-    if model.jit_compile:
-        raise Uncacheable(REASON, "the model is compiled with jit_compile (not covered in this slice)")
     if model.steps_per_execution != 1:
         raise Uncacheable(REASON, "the model runs several steps per execution (steps_per_execution > 1)")
     if getattr(model, "_distribute_strategy", None) is not None or tf.distribute.has_strategy():
@@ -179,6 +182,9 @@ def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], covered: b
                     [getattr(layer, flag, None) for flag in LAYER_FLAGS], index == 0 or bool(layer._called)), path)
     except Uncacheable as exc:
         raise Uncacheable(REASON, f"{where}: its config is not plain ({exc.detail})") from None
+    for name, value in vars(layer).items():  # constants a layer made at build (Normalization's mean): by value
+        if isinstance(value, ops.EagerTensor):
+            walk.value(value, f"{path}.{name}")
     if isinstance(layer, keras.layers.Lambda):
         walk.value(layer.function, f"{path}/function")
     for owner in cls.__mro__:
