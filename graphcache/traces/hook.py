@@ -120,6 +120,8 @@ class TraceCache:
             root = user_function(tracing_options)
             if root is None:
                 return trace()
+            if isinstance(root, kerasstep.PredictStep):  # every model's step has the same name: ls tells them apart
+                name = f"{name} ({root.model.name})"
             function_context_now = keying.check_context(tracing_options.scope_type)
             key = keying.compute(root, function_type, tracing_options, function_context_now, self.identity_hash())
             found = self._lookup(key)
