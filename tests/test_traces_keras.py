@@ -10,6 +10,7 @@ a layer's Python ran is seen by a profile hook. The refusals are checked in this
 
 from __future__ import annotations
 
+import functools
 import types
 
 import pytest
@@ -247,6 +248,39 @@ def test_a_lambda_layer_is_keyed_by_its_function_and_what_it_reads():
         assert _key(model)[0] != before
     finally:
         LAMBDA_SCALE = 2.0
+
+
+ACTIVATION_SCALE = 0.5
+
+
+def scaled(t):
+    return t * ACTIVATION_SCALE
+
+
+def test_a_user_activation_is_keyed_by_its_code_and_globals_not_its_name():
+    """A user function as a layer's activation is in the layer's config by name only."""
+    import keras
+
+    global ACTIVATION_SCALE
+
+    class Built(keras.layers.Layer):  # Keras keeps a wrapped `build` on each instance: walked, not refused
+        def build(self, shape):
+            self.w = self.add_weight(shape=(shape[-1],), initializer="ones")
+
+        def call(self, x):
+            return x * self.w
+
+    model = _functional(keras.layers.Dense(2, activation=scaled, name="d"), Built())
+    before = _key(model)[0]
+    ACTIVATION_SCALE = 0.25
+    try:
+        assert _key(model)[0] != before
+    finally:
+        ACTIVATION_SCALE = 0.5
+    assert _key(model)[0] == before
+    held = keras.layers.Dense(2)
+    held.activation = functools.partial(scaled)
+    assert "partial" in _refused(_functional(held))  # by get_config, or by what the layer holds
 
 
 def test_the_model_key_refuses_what_it_cannot_cover():

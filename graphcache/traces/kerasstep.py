@@ -18,7 +18,9 @@ instead of the function (walk.py's Walk, so user code is hashed the same way):
   variables inside the trace: refused), ``_called`` (of sublayers: one the trace calls first is changed by
   it, so the walk after the trace differs and it is not stored; InputLayers are never called),
   ``autocast``, ``supports_masking``, its call-argument flags; the eager tensors it holds as attributes
-  (``Normalization``'s mean and variance: bindings, by value); a ``Lambda``'s function walked as user code;
+  (``Normalization``'s mean and variance: bindings, by value); the functions it holds (an ``activation``
+  of user code is in the config by name only: walked as user code; a ``Lambda``'s function); partials and
+  bound methods of other objects refused;
   layers that run foreign code (``TFSMLayer``, ``TorchModuleWrapper``, ``JaxLayer``, ``FlaxLayer``) refused;
 - for a user class, each ``self.<name>`` its methods read (outside ``__init__``/``build``/config methods):
   a layer or variable of the model (by its index), a dtype policy, a seed generator, containers of those,
@@ -38,6 +40,7 @@ its config, an attribute user code reads) makes the walk after the trace differ:
 from __future__ import annotations
 
 import dis
+import functools
 import sys
 import types
 from dataclasses import dataclass
@@ -182,14 +185,38 @@ def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], covered: b
                     [getattr(layer, flag, None) for flag in LAYER_FLAGS], index == 0 or bool(layer._called)), path)
     except Uncacheable as exc:
         raise Uncacheable(REASON, f"{where}: its config is not plain ({exc.detail})") from None
-    for name, value in vars(layer).items():  # constants a layer made at build (Normalization's mean): by value
-        if isinstance(value, ops.EagerTensor):
-            walk.value(value, f"{path}.{name}")
+    _held(walk, layer, path, where, known)
     if isinstance(layer, keras.layers.Lambda):
         walk.value(layer.function, f"{path}/function")
     for owner in cls.__mro__:
         if not is_library(owner.__module__):
             _instance_reads(walk, layer, owner, where, known)
+
+
+def _held(walk: Walk, layer: Any, path: str, where: str, known: dict[int, str]) -> None:
+    """What any layer holds that its config names only, or not at all: eager tensors it made at build
+    (Normalization's mean), by value; functions (an ``activation`` of user code is in the config by name
+    only: walked as user code; Keras' own named), also in lists, tuples and dicts; partials and bound methods
+    of them."""
+    for name, value in vars(layer).items():
+        items = list(value.values()) if isinstance(value, dict) else list(value) \
+            if isinstance(value, (list, tuple)) else [value]
+        for index, item in enumerate(items):
+            at = f"{path}.{name}" if item is value else f"{path}.{name}[{index}]"
+            if _method_wrapper(item, layer):  # Keras' per-instance build and quantize: the class's method is walked
+                continue
+            if isinstance(item, (ops.EagerTensor, types.FunctionType)):
+                walk.value(item, at)
+            elif isinstance(item, types.MethodType) and id(item.__self__) in known:
+                walk.value(item.__func__, at)
+            elif isinstance(item, (functools.partial, types.MethodType)):
+                raise Uncacheable(REASON, f"{where} holds a {type(item).__name__} as {name} (what it calls is not "
+                                          "keyed)")
+
+
+def _method_wrapper(item: Any, layer: Any) -> bool:
+    wrapped = getattr(item, "__wrapped__", None) if isinstance(item, types.FunctionType) else None
+    return isinstance(wrapped, types.MethodType) and wrapped.__self__ is layer
 
 
 def _instance_reads(walk: Walk, layer: Any, owner: type, where: str, known: dict[int, str]) -> None:
