@@ -220,6 +220,7 @@ class TraceCache:
             if not keying.same_reads(key.walk, root):
                 raise Uncacheable("side_effect", "its trace changed a value it reads (appended to a list, ...)")
             described = stored.describe(concrete, key.walk.bindings)
+            described.forward_only = isinstance(root, kerasstep.PredictStep)
         except Uncacheable as exc:
             self._uncacheable(name, exc)
             return concrete
@@ -253,7 +254,7 @@ class TraceCache:
         self._record_miss(name, key)
         library = stored.library_of(described.name)
         try:
-            stored.check_graph(library)
+            stored.check_graph(library, forward_only=described.forward_only)
         except Uncacheable as exc:
             self._uncacheable(name, exc)
             return
