@@ -10,6 +10,10 @@ process, medians over ``--runs``:
 - ``cold_all`` / ``warm_all``: ``GraphCache(dir, traces=True, functions=True)``: on the warm run both the
   trace and the optimization of the first call come from the cache.
 
+``--keras NAME`` measures a Keras model's first ``predict`` instead (``keras.applications.NAME`` with
+``weights=None`` and a fixed seed, one 224x224 image, built before every timer): Keras' predict step served
+from the cache keyed by its model (graphcache/traces/kerasstep.py).
+
 Phases: ``first`` (the first ``deep(x)``: trace or restore, instantiation, the first run), ``key`` (the
 trace key: walk + parts, inside ``first``), ``restore`` (rebuilding the ConcreteFunction on a hit, inside
 ``first``), ``steady`` (a later call), ``enable`` (``import graphcache`` + opening the GraphCache; TensorFlow's
@@ -17,6 +21,7 @@ import is outside every timer). Outputs are checked equal to plain TensorFlow's.
 
     python benchmarks/trace_bench.py                    # 3 runs of every variant
     python benchmarks/trace_bench.py --runs 1 --blocks 100 --json out.json
+    python benchmarks/trace_bench.py --keras MobileNetV2  # or ResNet50, ...
 """
 
 from __future__ import annotations
@@ -39,8 +44,9 @@ DEEP_BLOCKS = 570  # -> ~8,000 nodes
 PHASES = ("first", "key", "restore", "steady", "enable")
 
 
-def child_run(variant: str, directory: str, blocks: int) -> dict[str, Any]:
-    """(child) One fresh process: the first and a later call of the deep function under ``variant``."""
+def child_run(variant: str, directory: str, blocks: int, keras_model: str = "") -> dict[str, Any]:
+    """(child) One fresh process: the first and a later call of the deep function (or the first and a later
+    ``predict`` of ``keras_model``) under ``variant``."""
     tf = common.warm_up()
     import numpy as np
 
@@ -53,6 +59,8 @@ def child_run(variant: str, directory: str, blocks: int) -> dict[str, Any]:
         cache = graphcache.GraphCache(directory, traces=True, functions=variant.endswith("_all"))
         timings["enable"] = time.perf_counter() - start
         _time_phases(timings)
+    if keras_model:
+        return _keras_run(keras_model, timings, cache)
     w = tf.Variable(np.linspace(-1.0, 1.0, 64, dtype=np.float32).reshape(8, 8))
 
     @tf.function
@@ -77,6 +85,27 @@ def child_run(variant: str, directory: str, blocks: int) -> dict[str, Any]:
     return {"out": out, "timings": timings}
 
 
+def _keras_run(name: str, timings: dict[str, Any], cache: Any) -> dict[str, Any]:
+    import keras
+    import numpy as np
+
+    keras.utils.set_random_seed(0)
+    model = getattr(keras.applications, name)(weights=None, input_shape=(224, 224, 3))
+    x = np.linspace(0.0, 1.0, 224 * 224 * 3, dtype=np.float32).reshape(1, 224, 224, 3)
+    start = time.perf_counter()
+    out = model.predict(x, verbose=0)
+    timings["first"] = time.perf_counter() - start
+    start = time.perf_counter()
+    model.predict(x, verbose=0)
+    timings["steady"] = time.perf_counter() - start
+    timings["nodes"] = len(model.predict_function.get_concrete_function([(x,)]).function_def.node_def)
+    if cache is not None:
+        cache.wait_for_writes()
+        stats = cache.stats()
+        timings.update(trace_hits=stats.traces["trace_hits"], function_hits=stats.functions["function_hits"])
+    return {"out": float(np.asarray(out, np.float64).sum()), "timings": timings}
+
+
 def _time_phases(timings: dict[str, Any]) -> None:
     """Time the key and the restore inside the first call (wrapping the two functions the hook calls)."""
     from graphcache.traces import keying, stored
@@ -94,7 +123,7 @@ def _time_phases(timings: dict[str, Any]) -> None:
         setattr(module, name, timed)
 
 
-def run(runs: int, blocks: int, log: Any = print) -> dict[str, Any]:
+def run(runs: int, blocks: int, log: Any = print, keras_model: str = "") -> dict[str, Any]:
     results: dict[str, list[dict[str, Any]]] = {variant: [] for variant in VARIANTS}
     for index in range(runs):
         dirs = {kind: tempfile.mkdtemp(prefix=f"trace-bench-{kind}-") for kind in ("traces", "all")}
@@ -102,7 +131,7 @@ def run(runs: int, blocks: int, log: Any = print) -> dict[str, Any]:
             for variant in VARIANTS:
                 directory = dirs["all" if variant.endswith("_all") else "traces"]
                 result = common.run_function("trace_bench", "child_run", variant=variant, directory=directory,
-                                             blocks=blocks)
+                                             blocks=blocks, keras_model=keras_model)
                 results[variant].append(result)
                 log(f"run {index + 1}/{runs} {variant:9s} first {result['timings']['first']:.3f}s")
         finally:
@@ -111,7 +140,8 @@ def run(runs: int, blocks: int, log: Any = print) -> dict[str, Any]:
     outputs = {result["out"] for rows in results.values() for result in rows}
     assert len(outputs) == 1, f"outputs differ between variants: {outputs}"
     summary = {variant: common.medians([row["timings"] for row in rows]) for variant, rows in results.items()}
-    return {"blocks": blocks, "runs": runs, "medians": summary, "machine": common.machine_info()}
+    return {"blocks": blocks, "keras": keras_model, "runs": runs, "medians": summary,
+            "machine": common.machine_info()}
 
 
 def table(result: dict[str, Any]) -> str:
@@ -121,16 +151,18 @@ def table(result: dict[str, Any]) -> str:
         rows.append([variant, *(common.fmt_seconds(figures.get(phase)) for phase in PHASES),
                      common.fmt_ratio(common.ratio(figures.get("first"), plain))])
     nodes = int(result["medians"]["plain"].get("nodes", 0))
-    return f"deep function, {nodes} nodes, medians of {result['runs']} fresh processes\n" + common.text_table(rows)
+    what = f"Keras {result['keras']} first predict" if result.get("keras") else "deep function"
+    return f"{what}, {nodes} nodes, medians of {result['runs']} fresh processes\n" + common.text_table(rows)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--blocks", type=int, default=DEEP_BLOCKS)
+    parser.add_argument("--keras", default="", help="a keras.applications model: time its first predict instead")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    result = run(args.runs, args.blocks)
+    result = run(args.runs, args.blocks, keras_model=args.keras)
     print(table(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

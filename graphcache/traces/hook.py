@@ -13,7 +13,8 @@ A trace (only a top-level one, in eager mode: traces nested inside another trace
 
 1. finds the user's function: the target of the two decorators tf.function puts around it (its
    variable-creator scope and autograph). A method (tf.function's bound-method wrapper), a partial, a
-   callable object or library code (Keras' and tf.data's own functions) is not cached in this slice;
+   callable object or library code (tf.data's own functions, Keras' other step functions) is not cached; Keras'
+   predict step is keyed by its model (kerasstep.py);
 2. computes the key (keying.py, walk.py) or refuses (``Uncacheable``: counted ``trace_uncacheable`` and
    by reason, logged at INFO) and traces as TensorFlow does;
 3. hit: the stored trace is rebuilt bound to this process's variables (stored.py) and returned; with
@@ -49,7 +50,7 @@ from ..core.service import EntryService
 from ..entry import codec, kinds
 from ..entry.keyparts import hash_json
 from ..errors import CacheIOError, CorruptEntryError
-from . import keying, stored
+from . import kerasstep, keying, stored
 from .walk import Uncacheable, is_library
 
 log = logging.getLogger("graphcache")
@@ -61,9 +62,10 @@ AUTOGRAPH_DECORATOR = "py_func_from_autograph"
 TRACED_SCOPES = (tracing_compilation.ScopeType.VARIABLE_CREATION, tracing_compilation.ScopeType.NO_VARIABLE_CREATION)
 
 
-def user_function(tracing_options: Any) -> types.FunctionType | None:
-    """The user's Python function a tf.function traces; None for traces that are not a tf.function's (TensorFlow's
-    own: variable initializers, control flow, ...). Raises Uncacheable for functions this slice leaves alone."""
+def user_function(tracing_options: Any) -> types.FunctionType | kerasstep.PredictStep | None:
+    """The user's Python function a tf.function traces, or Keras' predict step (kerasstep.py); None for traces
+    that are not a tf.function's (TensorFlow's own: variable initializers, control flow, ...). Raises
+    Uncacheable for functions this slice leaves alone."""
     if tracing_options.scope_type not in TRACED_SCOPES:
         return None
     decorators, target = tf_decorator.unwrap(tracing_options.python_function)
@@ -74,6 +76,9 @@ def user_function(tracing_options: Any) -> types.FunctionType | None:
         raise Uncacheable("method", f"it is wrapped by {', '.join(names[1:])} (a method: its object is not keyed)")
     if not isinstance(target, types.FunctionType):
         raise Uncacheable("not_a_function", f"it traces a {type(target).__name__}, not a Python function")
+    step = kerasstep.predict_step(target)
+    if step is not None:
+        return step
     if is_library(getattr(target, "__module__", None) or ""):
         raise Uncacheable("library", f"{target.__module__}.{target.__qualname__} is library code (Keras, tf.data, ...)")
     return target
@@ -115,6 +120,8 @@ class TraceCache:
             root = user_function(tracing_options)
             if root is None:
                 return trace()
+            if isinstance(root, kerasstep.PredictStep):  # every model's step has the same name: ls tells them apart
+                name = f"{name} ({root.model.name})"
             function_context_now = keying.check_context(tracing_options.scope_type)
             key = keying.compute(root, function_type, tracing_options, function_context_now, self.identity_hash())
             found = self._lookup(key)
@@ -136,6 +143,8 @@ class TraceCache:
                 stale = self._stale(key, found[1], trace, name) if self.verify else None
                 if stale is not None:
                     return stale
+                if isinstance(root, kerasstep.PredictStep):
+                    kerasstep.after_hit(root)
                 self.cache.count_lookup(KIND, hits=1, saved_seconds=max(0.0, found[0].compile_seconds - seconds))
                 log.info("graphcache trace hit %s key=%s %.3fs", name, key.key, seconds)
                 return concrete
@@ -194,7 +203,7 @@ class TraceCache:
         return fresh
 
     # -- miss ----------------------------------------------------------------------------------------------
-    def _miss(self, key: keying.TraceKey, root: types.FunctionType, trace: Any, name: str) -> Any:
+    def _miss(self, key: keying.TraceKey, root: Any, trace: Any, name: str) -> Any:
         created: list[str] = []
 
         def note_creation(next_creator: Any, **kwargs: Any) -> Any:
@@ -211,6 +220,7 @@ class TraceCache:
             if not keying.same_reads(key.walk, root):
                 raise Uncacheable("side_effect", "its trace changed a value it reads (appended to a list, ...)")
             described = stored.describe(concrete, key.walk.bindings)
+            described.forward_only = isinstance(root, kerasstep.PredictStep)
         except Uncacheable as exc:
             self._uncacheable(name, exc)
             return concrete
@@ -244,7 +254,7 @@ class TraceCache:
         self._record_miss(name, key)
         library = stored.library_of(described.name)
         try:
-            stored.check_graph(library)
+            stored.check_graph(library, forward_only=described.forward_only)
         except Uncacheable as exc:
             self._uncacheable(name, exc)
             return

@@ -1,7 +1,7 @@
 """A trace's key, computed before tracing from everything tracing can read (named parts, keys.py's way).
 
 - ``code``: the Python side (walk.py): the function's code, what it reaches, the plain values it reads,
-  the variables and eager tensors it can capture;
+  the variables and eager tensors it can capture; for Keras' predict step, the model (kerasstep.py);
 - ``signature``: the FunctionType TensorFlow traces for (each argument's TraceType: TensorSpecs with shape
   and dtype, Python values as literals; after reduce_retracing's generalization), the function's own
   declared type (input_signature included) and its default values;
@@ -24,6 +24,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from tensorflow.core.function.polymorphism import function_type as function_type_lib
 from tensorflow.python.eager import context
 from tensorflow.python.eager.polymorphic_function import function_context, transform
 from tensorflow.python.framework import ops
@@ -31,6 +32,7 @@ from tensorflow.python.saved_model import save_context
 
 from ..entry.keyparts import combine, hash_json, hash_text
 from ..version import package_version
+from . import kerasstep
 from .walk import Uncacheable, Walk
 from .walk import package_version as library_version
 
@@ -65,7 +67,10 @@ def check_context(scope_type: Any) -> Any:
 
 def signature_part(function_type: Any, tracing_options: Any) -> str:
     try:
-        traced = function_type.to_proto().SerializeToString(deterministic=True)
+        # The parameters only: a retrace with reduce_retracing carries the previous trace's captures (keyed by
+        # id, which has no serialization); what this trace captures is the walk's (the code part).
+        parameters = function_type_lib.FunctionType(function_type.parameters.values())
+        traced = parameters.to_proto().SerializeToString(deterministic=True)
         declared = tracing_options.polymorphic_type.to_proto().SerializeToString(deterministic=True)
     except Exception as exc:  # a TraceType without a serialization (a Python object argument, ...)
         raise Uncacheable("signature", f"an argument's type cannot be serialized ({type(exc).__name__}: {exc})") \
@@ -104,11 +109,20 @@ def versions_part(walk: Walk) -> str:
                       "graphcache": package_version(), "packages": packages})
 
 
-def compute(root: Any, function_type: Any, tracing_options: Any, function_context_now: Any,
-            identity_hash: str) -> TraceKey:
-    """The key of tracing ``root`` (the user's Python function) for ``function_type``; raises Uncacheable."""
+def walk_root(root: Any) -> Walk:
+    """The walk of what a trace of ``root`` reads: a user function's, or a Keras predict step's model."""
+    if isinstance(root, kerasstep.PredictStep):
+        return kerasstep.walk_step(root)
     walk = Walk()
     walk.function(root, "")
+    return walk
+
+
+def compute(root: Any, function_type: Any, tracing_options: Any, function_context_now: Any,
+            identity_hash: str) -> TraceKey:
+    """The key of tracing ``root`` (the user's Python function or a Keras predict step) for ``function_type``;
+    raises Uncacheable."""
+    walk = walk_root(root)
     parts = {
         "code": walk.digest(),
         "signature": signature_part(function_type, tracing_options),
@@ -126,9 +140,8 @@ def compute(root: Any, function_type: Any, tracing_options: Any, function_contex
 
 def same_reads(before: Walk, root: Any) -> bool:
     """Whether walking ``root`` again finds what ``before`` found (the trace changed nothing it read)."""
-    again = Walk()
     try:
-        again.function(root, "")
+        again = walk_root(root)
     except Uncacheable:
         return False
     return again.digest() == before.digest() and list(again.bindings) == list(before.bindings) and all(

@@ -21,7 +21,8 @@ and the calling convention. No Python runs.
 What a stored trace cannot carry is refused when the trace is described (``Uncacheable``): captures the
 walk did not reach (the key would not cover them), call-time (by-reference) captures, outputs that are
 neither tensors nor None, ops that call back into this process's Python (py_function) or share a
-resource by name, and custom gradients (registered in the tracing process only).
+resource by name, and custom gradients (registered in the tracing process only; allowed in a trace that is
+never differentiated, Keras' predict step: a restored one has the same forward ops).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class Described:
     outputs: bytes
     arg_keywords: list[str]
     positional: int
+    forward_only: bool = False  # never differentiated (Keras' predict step): custom gradients are harmless
 
 
 @dataclass
@@ -151,13 +153,14 @@ def library_of(name: str) -> function_pb2.FunctionDefLibrary:
     return library
 
 
-def check_graph(library: function_pb2.FunctionDefLibrary) -> None:
-    """Refuses libraries a restore could not reproduce in another process (see the module docstring)."""
+def check_graph(library: function_pb2.FunctionDefLibrary, *, forward_only: bool = False) -> None:
+    """Refuses libraries a restore could not reproduce in another process (see the module docstring); a
+    ``forward_only`` trace (never differentiated) may have custom gradients: its forward ops are the same."""
     for fdef in library.function:
         for node in fdef.node_def:
             if node.op in PYTHON_OPS:
                 raise Uncacheable("graph", f"{fdef.signature.name} calls Python ({node.op}: tf.py_function)")
-            if GRADIENT_ATTR in node.attr and node.op not in CALL_OPS:
+            if GRADIENT_ATTR in node.attr and node.op not in CALL_OPS and not forward_only:
                 raise Uncacheable("graph", f"{fdef.signature.name} has a custom gradient ({node.name})")
             op_def = op_def_registry.get(node.op)
             if op_def is not None and any(attr.name == "shared_name" for attr in op_def.attr):

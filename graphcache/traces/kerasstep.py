@@ -1,0 +1,346 @@
+"""Keras 3's predict step at the trace hook: the key of ``model.predict``'s trace, from the model, not its Python.
+
+``model.predict`` (TensorFlow backend) calls ``model.predict_function``, a ``tf.function`` over
+``make_predict_function.<locals>.one_step_on_data_distributed``: library code closing over the model
+(``self``). What that trace reads is the model, so the ``code`` part of its key is a walk of the model
+instead of the function (walk.py's Walk, so user code is hashed the same way):
+
+- Keras' settings the trace reads: ``floatx``, ``epsilon``, ``image_data_format``, the global dtype
+  policy, the backend, flash attention and NNX switches; the model's ``jit_compile`` (the nested XLA
+  function is part of the stored library), ``steps_per_execution``
+  (more than 1 refused: ``multi_step_on_data``), ``run_eagerly`` (never a tf.function), its distribution
+  strategy and Keras' distribution (any but the default refused);
+- every layer, the model first (``_flatten_layers``, in that order): its class (a user class walked:
+  methods' code, the globals and closures they read; a library class by name, Keras' version in the
+  ``versions`` part), its ``get_config()`` and build config keyed exactly (repr of plain JSON-like values,
+  else walk.py's plain values; refused when it fails or holds anything else; a layer inside a functional
+  or sequential model is covered by that model's config), ``built`` (an unbuilt layer would create
+  variables inside the trace: refused), ``_called`` (of sublayers: one the trace calls first is changed by
+  it, so the walk after the trace differs and it is not stored; InputLayers are never called),
+  ``autocast``, ``supports_masking``, its call-argument flags; the eager tensors it holds as attributes
+  (``Normalization``'s mean and variance: bindings, by value); the functions it holds (an ``activation``
+  of user code is in the config by name only: walked as user code; a ``Lambda``'s function); partials and
+  bound methods of other objects refused;
+  layers that run foreign code (``TFSMLayer``, ``TorchModuleWrapper``, ``JaxLayer``, ``FlaxLayer``) refused;
+- for a user class, each ``self.<name>`` its methods read (outside ``__init__``/``build``/config methods):
+  a layer or variable of the model (by its index), a dtype policy, a seed generator, containers of those,
+  or a plain value; a class attribute (a user class's is walked, a library's named); anything else, an
+  attribute assigned outside those methods, or ``self`` handed to other code, refused;
+- the variables, ``model.variables`` order (weights, then seed-generator states): index, path, shape, dtype,
+  trainable. Their tf.Variables are the walk's bindings (``keras:<index>:<path>``): a hit binds this
+  process's variables by index and path, each checked by dtype and shape (stored.bind), and a trace that
+  captures anything else is refused (stored.capture_paths).
+
+What Keras does outside the trace (``make_predict_function``, the data iterator, callbacks) runs as ever.
+The one Python side effect inside it, ``Layer.__call__`` setting ``_called`` on the model, is redone on a
+hit (``after_hit``); any other change the trace makes to what the walk reads (a sublayer's ``_called``,
+its config, an attribute user code reads) makes the walk after the trace differ: such a trace is not stored.
+"""
+
+from __future__ import annotations
+
+import dis
+import functools
+import sys
+import types
+from dataclasses import dataclass
+from typing import Any
+
+from tensorflow.python.framework import ops
+from tensorflow.python.ops import resource_variable_ops
+
+from .walk import Uncacheable, Walk, is_library
+
+TRAINER_MODULE = "keras.src.backend.tensorflow.trainer"
+PREDICT_STEP = "make_predict_function.<locals>.one_step_on_data_distributed"
+MULTI_STEP = "make_predict_function.<locals>.multi_step_on_data"
+REASON = "keras"
+# Layers that run code the walk cannot see (a loaded SavedModel, another framework's module).
+FOREIGN_LAYERS = frozenset({"TFSMLayer", "TorchModuleWrapper", "JaxLayer", "FlaxLayer"})
+# Methods of a user layer that Keras runs outside a predict trace: they may assign attributes.
+SETUP_METHODS = frozenset({"__init__", "__new__", "build", "get_config", "from_config", "build_from_config",
+                           "get_build_config", "compile", "compile_from_config", "get_compile_config",
+                           "save_own_variables", "load_own_variables", "__repr__", "__str__", "__setattr__"})
+ATTRIBUTE_READS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+ATTRIBUTE_WRITES = frozenset({"STORE_ATTR", "DELETE_ATTR"})
+KERAS_SWITCHES = ("is_flash_attention_enabled", "is_nnx_enabled")  # keras.config switches layers read at call time
+CONFIG_SCALARS = (type(None), bool, int, float, str)  # what a config is made of, besides lists and dicts
+LAYER_FLAGS = ("built", "trainable", "autocast", "supports_masking", "_call_has_training_arg", "_call_has_mask_arg")
+
+
+@dataclass
+class PredictStep:
+    """A trace of Keras' predict step: the model it closes over and the step function itself."""
+
+    model: Any
+    function: types.FunctionType
+
+
+def predict_step(target: Any) -> PredictStep | None:
+    """The predict step ``target`` is (tf.function's target, under Keras' do_not_convert wrapper), or None
+    when it is not Keras' predict step. Raises Uncacheable for the predict steps this slice leaves alone."""
+    if getattr(target, "__module__", None) != TRAINER_MODULE:
+        return None
+    qualname = getattr(target, "__qualname__", "")
+    if qualname.endswith(MULTI_STEP):
+        raise Uncacheable(REASON, "the model runs several steps per execution (steps_per_execution > 1)")
+    if not qualname.endswith(PREDICT_STEP):
+        return None
+    inner = target
+    while isinstance(getattr(inner, "__wrapped__", None), types.FunctionType):
+        inner = inner.__wrapped__
+    cells = dict(zip(inner.__code__.co_freevars, (cell.cell_contents for cell in inner.__closure__ or ()),
+                     strict=True))
+    keras = sys.modules.get("keras")
+    model = cells.get("self")
+    if keras is None or not isinstance(model, keras.Model):
+        raise Uncacheable(REASON, f"the predict step closes over a {type(model).__name__}, not a keras.Model")
+    return PredictStep(model, inner)
+
+
+def after_hit(step: PredictStep) -> None:
+    """What the predict trace does to Python objects, done again when the trace came from the cache."""
+    import keras
+
+    if type(step.model).predict_step is keras.Model.predict_step:  # which calls the model: Layer.__call__
+        step.model._called = True
+
+
+def walk_step(step: PredictStep) -> Walk:
+    """The walk of a predict trace's model (see the module docstring); raises Uncacheable."""
+    import keras
+
+    model = step.model
+    _check_model(model)
+    walk = Walk()
+    walk.packages.update({"keras", "tensorflow"})
+    switches = [getattr(keras.config, name)() for name in KERAS_SWITCHES if hasattr(keras.config, name)]
+    walk.value(("keras predict step", step.function.__qualname__, keras.config.floatx(), keras.config.epsilon(),
+                keras.config.image_data_format(), keras.config.dtype_policy().name, keras.config.backend(),
+                switches, bool(model.jit_compile), int(model.steps_per_execution)), "settings")
+    variables = list(model.variables)
+    known: dict[int, str] = {}
+    for index, variable in enumerate(variables):
+        known[id(variable)] = f"variable {index}"
+    layers = model._flatten_layers(include_self=True, recursive=True)
+    for index, layer in enumerate(layers):
+        known[id(layer)] = f"layer {index}"
+    covered = _in_configs(layers)
+    for index, layer in enumerate(layers):
+        _layer(walk, layer, index, known, id(layer) in covered)
+    for index, variable in enumerate(variables):
+        value = getattr(variable, "_value", None)
+        if not isinstance(value, resource_variable_ops.BaseResourceVariable):
+            raise Uncacheable(REASON, f"the model's variable {variable.path} is a {type(value).__name__}, not a "
+                                      "resource variable (uninitialized, or another backend's)")
+        walk.value(("variable", index, variable.path, bool(variable.trainable)), f"keras:{index}")
+        walk.value(value, f"keras:{index}:{variable.path}")  # dtype, shape, device: a binding of the walk
+    return walk
+
+
+def _check_model(model: Any) -> None:
+    import keras
+    import tensorflow as tf
+
+    if model.run_eagerly:
+        raise Uncacheable(REASON, "the model runs eagerly")
+    if model.steps_per_execution != 1:
+        raise Uncacheable(REASON, "the model runs several steps per execution (steps_per_execution > 1)")
+    if getattr(model, "_distribute_strategy", None) is not None or tf.distribute.has_strategy():
+        raise Uncacheable(REASON, "the model runs under a distribution strategy")
+    if keras.distribution.distribution() is not None:
+        raise Uncacheable(REASON, "a Keras distribution is set")
+
+
+def _in_configs(layers: list[Any]) -> set[int]:
+    """The layers whose config (and build config) is part of a functional or sequential model's config in the
+    walk already (``serialize_keras_object`` of each of its layers): not asked for their config again."""
+    from keras.src.models.functional import Functional
+    from keras.src.models.sequential import Sequential
+
+    covered: set[int] = set()
+    for layer in layers:
+        if type(layer) in (Functional, Sequential):
+            covered.update(id(inner) for inner in layer.layers)
+    return covered
+
+
+def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], covered: bool) -> None:
+    import keras
+
+    cls = type(layer)
+    where = f"layer {index} ({layer.name}, {cls.__name__})"
+    if cls.__name__ in FOREIGN_LAYERS:
+        raise Uncacheable(REASON, f"{where} runs code the key cannot see")
+    if not layer.built:
+        raise Uncacheable(REASON, f"{where} is not built (it would create its variables inside the trace)")
+    path = f"layer{index}"
+    walk.value(cls, f"{path}/class")
+    try:
+        configs = None if covered else (layer.get_config(), layer.get_build_config())
+    except Exception as exc:  # NotImplementedError for subclassed layers without a config, and any other
+        raise Uncacheable(REASON, f"{where}: get_config() fails ({type(exc).__name__}: {exc})") from None
+    try:
+        walk.value(("layer", index, layer.name, layer.dtype_policy.name, _config_text(configs),
+                    [getattr(layer, flag, None) for flag in LAYER_FLAGS], index == 0 or bool(layer._called)), path)
+    except Uncacheable as exc:
+        raise Uncacheable(REASON, f"{where}: its config is not plain ({exc.detail})") from None
+    _held(walk, layer, path, where, known)
+    if isinstance(layer, keras.layers.Lambda):
+        walk.value(layer.function, f"{path}/function")
+    for owner in cls.__mro__:
+        if not is_library(owner.__module__):
+            _instance_reads(walk, layer, owner, where, known)
+
+
+def _held(walk: Walk, layer: Any, path: str, where: str, known: dict[int, str]) -> None:
+    """What any layer holds that its config names only, or not at all: eager tensors it made at build
+    (Normalization's mean), by value; functions (an ``activation`` of user code is in the config by name
+    only: walked as user code; Keras' own named), also in lists, tuples and dicts; partials and bound methods
+    of them."""
+    for name, value in vars(layer).items():
+        items = list(value.values()) if isinstance(value, dict) else list(value) \
+            if isinstance(value, (list, tuple)) else [value]
+        for index, item in enumerate(items):
+            at = f"{path}.{name}" if item is value else f"{path}.{name}[{index}]"
+            if _method_wrapper(item, layer):  # Keras' per-instance build and quantize: the class's method is walked
+                continue
+            if isinstance(item, (ops.EagerTensor, types.FunctionType)):
+                walk.value(item, at)
+            elif isinstance(item, types.MethodType) and id(item.__self__) in known:
+                walk.value(item.__func__, at)
+            elif isinstance(item, (functools.partial, types.MethodType)):
+                raise Uncacheable(REASON, f"{where} holds a {type(item).__name__} as {name} (what it calls is not "
+                                          "keyed)")
+
+
+def _method_wrapper(item: Any, layer: Any) -> bool:
+    wrapped = getattr(item, "__wrapped__", None) if isinstance(item, types.FunctionType) else None
+    return isinstance(wrapped, types.MethodType) and wrapped.__self__ is layer
+
+
+def _instance_reads(walk: Walk, layer: Any, owner: type, where: str, known: dict[int, str]) -> None:
+    """Each ``self.<name>`` the methods of ``owner`` (a user class) read, keyed (see the module docstring)."""
+    names: dict[str, None] = {}
+    for name, attr in vars(owner).items():
+        if name in SETUP_METHODS:
+            continue
+        functions = [attr.__func__] if isinstance(attr, (staticmethod, classmethod)) else \
+            [f for f in (attr.fget, attr.fset, attr.fdel) if f] if isinstance(attr, property) else [attr]
+        for function in functions:
+            if isinstance(function, types.FunctionType) and not isinstance(attr, staticmethod):
+                names.update(dict.fromkeys(_self_reads(function, f"{where}: {owner.__qualname__}.{name}")))
+    for name in names:
+        if name in vars(layer):
+            _state(walk, vars(layer)[name], f"{where} self.{name}", known, 0)
+        elif not any(name in vars(cls) for cls in type(layer).__mro__):
+            raise Uncacheable(REASON, f"{where} reads self.{name}, which no class defines (a __getattr__)")
+
+
+def _self_reads(function: types.FunctionType, where: str) -> list[str]:
+    """Attribute names ``function`` reads off its first argument; refuses writes and ``self`` handed on."""
+    code = function.__code__
+    if not code.co_argcount:
+        return []
+    me = code.co_varnames[0]
+    reads: list[str] = []
+    for current in _code_objects(code):
+        instructions = list(dis.get_instructions(current))
+        for ins, after in zip(instructions, [*instructions[1:], None], strict=True):
+            if ins.argval != me or not (ins.opname in ("LOAD_DEREF", "LOAD_CLOSURE") or
+                                        (current is code and ins.opname.startswith("LOAD_FAST"))):
+                continue
+            if after is not None and after.opname in ATTRIBUTE_READS:
+                reads.append(str(after.argval))
+            elif after is not None and after.opname in ATTRIBUTE_WRITES:
+                raise Uncacheable("writes_state", f"{where} assigns self.{after.argval} (it may run in the trace)")
+            elif ins.opname != "LOAD_CLOSURE":
+                raise Uncacheable(REASON, f"{where} hands self to other code (what that reads is not followed)")
+    return reads
+
+
+def _state(walk: Walk, value: Any, where: str, known: dict[int, str], depth: int) -> None:
+    """A value a user layer's code reads off ``self``."""
+    import keras
+
+    if depth > 8:
+        raise Uncacheable(REASON, f"{where} is nested too deeply to key")
+    label = known.get(id(value))
+    if label is not None:
+        walk.value(("model object", label), where)
+    elif isinstance(value, keras.DTypePolicy):
+        walk.value(("dtype policy", type(value).__name__, value.name), where)
+    elif isinstance(value, keras.random.SeedGenerator):
+        state = known.get(id(value.state))
+        if state is None:
+            raise Uncacheable(REASON, f"{where} is a seed generator whose state is not a model variable")
+        walk.value(("seed generator", state), where)
+    elif isinstance(value, (list, tuple, dict)) and not _plain_or_tracked(type(value)):
+        raise Uncacheable(REASON, f"{where} is a {type(value).__qualname__} (a container class of user code)")
+    elif isinstance(value, (list, tuple)):  # plain, or Keras' and TensorFlow's tracked lists
+        walk.value(("list", type(value).__name__, len(value)), where)
+        for index, item in enumerate(value):
+            _state(walk, item, f"{where}[{index}]", known, depth + 1)
+    elif isinstance(value, dict):
+        if any(type(key) is not str for key in value):
+            raise Uncacheable(REASON, f"{where} is a dict with keys that are not str")
+        walk.value(("dict", type(value).__name__, sorted(value)), where)
+        for key in sorted(value):
+            _state(walk, value[key], f"{where}[{key!r}]", known, depth + 1)
+    else:
+        try:
+            walk.value(value, where)
+        except Uncacheable as exc:
+            raise Uncacheable(REASON, f"{where}: {exc.detail}") from None
+
+
+def _config_text(value: Any) -> Any:
+    """A config as exact text when it is made of plain JSON-like values only (``repr`` tells tuple from list,
+    int from float, and keeps dict order; Keras' and TensorFlow's tracked lists and dicts as the list and dict
+    they stand for), else the config itself (walk.py keys it, or refuses what is not plain)."""
+    parts: list[str] = []
+    return "".join(parts) if _config_repr(value, parts, 0) else value
+
+
+def _config_repr(value: Any, parts: list[str], depth: int) -> bool:
+    kind = type(value)
+    if kind in CONFIG_SCALARS:
+        parts.append(f"{kind.__name__[0]}{value!r}")
+        return True
+    if depth > 64:
+        return False
+    if isinstance(value, dict) and (kind is dict or is_library(kind.__module__)):
+        parts.append("{")
+        for key, item in value.items():
+            if type(key) is not str:
+                return False
+            parts.append(f"{key!r}:")
+            if not _config_repr(item, parts, depth + 1):
+                return False
+            parts.append(",")
+        parts.append("}")
+        return True
+    if kind is tuple or (isinstance(value, list) and (kind is list or is_library(kind.__module__))):
+        parts.append("(" if kind is tuple else "[")
+        for item in value:
+            if not _config_repr(item, parts, depth + 1):
+                return False
+            parts.append(",")
+        parts.append(")" if kind is tuple else "]")
+        return True
+    return False
+
+
+def _plain_or_tracked(kind: type) -> bool:
+    return kind in (list, tuple, dict) or is_library(kind.__module__)
+
+
+def _code_objects(code: types.CodeType) -> list[types.CodeType]:
+    found = [code]
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            found.extend(_code_objects(const))
+    return found
+
+
+__all__ = ["PredictStep", "after_hit", "predict_step", "walk_step"]
