@@ -72,3 +72,20 @@ def cnn():
     from benchmarks import models
 
     return models.freeze_keras("cnn")
+
+
+# -- a real redis-server on loopback (tests/redisserver.py), for test_redis.py and test_fleet.py --------------
+@pytest.fixture(scope="module")
+def server():
+    from .redisserver import RedisServer
+
+    srv = RedisServer()
+    yield srv
+    srv.close()
+
+
+@pytest.fixture
+def redis_url(server):
+    """A clean server for each test (FLUSHALL through a client of the test's own)."""
+    server.client().flushall()
+    return server.url

@@ -37,17 +37,6 @@ pytestmark = pytest.mark.skipif(redis_server_binary() is None, reason="redis-ser
 HOSTS = 6
 
 
-@pytest.fixture(scope="module")
-def server():
-    srv = RedisServer()
-    yield srv
-    srv.close()
-
-
-@pytest.fixture
-def redis_url(server):
-    server.client().flushall()
-    return server.url
 
 
 @pytest.fixture

@@ -36,18 +36,6 @@ pytestmark = pytest.mark.skipif(redis_server_binary() is None, reason="redis-ser
 PASSWORD = "hunter2-Zq8v"  # a string that appears nowhere else, so a leak is found by searching for it
 
 
-@pytest.fixture(scope="module")
-def server():
-    srv = RedisServer()
-    yield srv
-    srv.close()
-
-
-@pytest.fixture
-def redis_url(server):
-    """A clean server for each test (FLUSHALL through a client of the test's own)."""
-    server.client().flushall()
-    return server.url
 
 
 def machine(tmp_path: Path, name: str, **kwargs) -> GraphCache:

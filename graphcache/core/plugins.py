@@ -117,3 +117,23 @@ def enable(cache: Any, name: str, **options: Any) -> Any:
     if handle is not None:
         cache.hooks.enabled[name] = handle
     return handle
+
+
+def one_per_process(name: str, cache: Any, make: Callable[[Any], Any], *, replace: bool, what: str) -> Any:
+    """The process's one handle of the plugin ``name`` (runtime.state.plugins), on ``cache``, for plugins
+    that patch TensorFlow process-wide (TF2 functions, traces): made by ``make(cache)`` when there is none.
+    A handle on another cache is kept, with one warning when its dir differs, unless ``replace``
+    (``install()`` called again), which releases it. Call it under the plugin's own lock."""
+    from .failures import warn_once
+
+    current = runtime.state.plugins.get(name)
+    if current is not None and current.cache is not cache:
+        if replace:
+            current.release()
+            current = None
+        elif current.cache.cache_dir != cache.cache_dir:
+            warn_once(f"{name}_second_enable", f"graphcache: {what} are already cached in "
+                                               f"{current.cache.cache_dir}; not switching to {cache.cache_dir}")
+    if current is None:
+        current = runtime.state.plugins[name] = make(cache)
+    return current

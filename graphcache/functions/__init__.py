@@ -32,8 +32,7 @@ import threading
 from typing import Any
 
 from .. import runtime
-from ..core import settings
-from ..core.failures import warn_once
+from ..core import plugins, settings
 from ..core.service import EntryService
 from .hook import ALIAS_KIND, KIND, PLUGIN, FunctionCache
 
@@ -63,17 +62,7 @@ def enable(cache: EntryService, *, replace: bool = False) -> FunctionCache | Non
     if cache.disabled:
         return None
     with _lock:
-        current = active()
-        if current is not None and current.cache is not cache:
-            if replace:
-                current.release()
-                current = None
-            elif current.cache.cache_dir != cache.cache_dir:
-                warn_once("functions_second_enable", f"graphcache: TF2 functions are already cached in "
-                                                     f"{current.cache.cache_dir}; not switching to {cache.cache_dir}")
-        if current is not None:
-            return current
-        current = runtime.state.plugins[NAME] = FunctionCache(cache)
+        current = plugins.one_per_process(NAME, cache, FunctionCache, replace=replace, what="TF2 functions")
         _install()
         return current
 

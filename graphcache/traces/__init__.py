@@ -29,8 +29,7 @@ import threading
 from typing import Any
 
 from .. import runtime
-from ..core import settings
-from ..core.failures import warn_once
+from ..core import plugins, settings
 from ..core.service import EntryService
 from .hook import KIND, PLUGIN, TraceCache
 
@@ -57,17 +56,7 @@ def enable(cache: EntryService, *, replace: bool = False) -> TraceCache | None:
     if cache.disabled:
         return None
     with _lock:
-        current = active()
-        if current is not None and current.cache is not cache:
-            if replace:
-                current.release()
-                current = None
-            elif current.cache.cache_dir != cache.cache_dir:
-                warn_once("traces_second_enable", f"graphcache: tf.function traces are already cached in "
-                                                  f"{current.cache.cache_dir}; not switching to {cache.cache_dir}")
-        if current is not None:
-            return current
-        current = runtime.state.plugins[NAME] = TraceCache(cache)
+        current = plugins.one_per_process(NAME, cache, TraceCache, replace=replace, what="tf.function traces")
         _install()
         return current
 
