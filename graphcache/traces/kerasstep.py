@@ -49,7 +49,7 @@ from typing import Any
 from tensorflow.python.framework import ops
 from tensorflow.python.ops import resource_variable_ops
 
-from .walk import Uncacheable, Walk, is_library
+from .walk import Uncacheable, Walk, code_objects, is_library
 
 TRAINER_MODULE = "keras.src.backend.tensorflow.trainer"
 PREDICT_STEP = "make_predict_function.<locals>.one_step_on_data_distributed"
@@ -244,7 +244,7 @@ def _self_reads(function: types.FunctionType, where: str) -> list[str]:
         return []
     me = code.co_varnames[0]
     reads: list[str] = []
-    for current in _code_objects(code):
+    for current in code_objects(code):
         instructions = list(dis.get_instructions(current))
         for ins, after in zip(instructions, [*instructions[1:], None], strict=True):
             if ins.argval != me or not (ins.opname in ("LOAD_DEREF", "LOAD_CLOSURE") or
@@ -333,14 +333,6 @@ def _config_repr(value: Any, parts: list[str], depth: int) -> bool:
 
 def _plain_or_tracked(kind: type) -> bool:
     return kind in (list, tuple, dict) or is_library(kind.__module__)
-
-
-def _code_objects(code: types.CodeType) -> list[types.CodeType]:
-    found = [code]
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            found.extend(_code_objects(const))
-    return found
 
 
 __all__ = ["PredictStep", "after_hit", "predict_step", "walk_step"]

@@ -190,7 +190,7 @@ class Walk:
         attributes read straight off each; refuses code that assigns globals or variables of an enclosing scope."""
         names: dict[str, None] = {}
         attributes: dict[str, set[str]] = {}
-        for current in _code_objects(code):
+        for current in code_objects(code):
             own_cells = set(current.co_cellvars)
             previous = None
             for ins in dis.get_instructions(current):
@@ -406,11 +406,12 @@ def _check_stateful(module_name: str, path: str) -> None:
                                    "clock, random numbers, files)")
 
 
-def _code_objects(code: types.CodeType) -> list[types.CodeType]:
+def code_objects(code: types.CodeType) -> list[types.CodeType]:
+    """``code`` and every code object nested in its constants (functions, comprehensions, classes)."""
     found = [code]
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            found.extend(_code_objects(const))
+            found.extend(code_objects(const))
     return found
 
 
