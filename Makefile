@@ -19,10 +19,10 @@ demo: $(VENV)/.installed
 	$(PY) benchmarks/demo.py
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 test-all: $(VENV)/.installed
-	GRAPHCACHE_SLOW_TESTS=1 $(PY) -m pytest -q
+	GRAPHCACHE_SLOW_TESTS=1 $(PY) -m pytest -q -n 2 --dist loadfile
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check graphcache tests benchmarks examples

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 
@@ -17,6 +18,24 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_sessionfinish(session):
+    """An xdist worker hands its figures to the controller, which prints them (pytest_testnodedown)."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        from .helpers import FAULTS, FIGURES
+
+        workeroutput["graphcache_figures"] = json.dumps({"figures": FIGURES, "faults": FAULTS})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    from .helpers import FAULTS, FIGURES
+
+    sent = json.loads(getattr(node, "workeroutput", {}).get("graphcache_figures", "{}"))
+    FIGURES.update(sent.get("figures", {}))
+    FAULTS.extend(sent.get("faults", []))
 
 
 def pytest_terminal_summary(terminalreporter):
