@@ -17,7 +17,8 @@ A trace (only a top-level one, in eager mode: traces nested inside another trace
    predict step is keyed by its model (kerasstep.py);
 2. computes the key (keying.py, walk.py) or refuses (``Uncacheable``: counted ``trace_uncacheable`` and
    by reason, logged at INFO) and traces as TensorFlow does;
-3. hit: the stored trace is rebuilt bound to this process's variables (stored.py) and returned; with
+3. hit: the stored trace is registered in the eager context and bound to this process's variables
+   (stored.py; its FuncGraph is built only if something needs it: lazy.py) and returned; with
    ``GRAPHCACHE_TRACE_VERIFY=1`` the function is traced anyway and the two compared (canonical function
    libraries, captures, signatures): a difference is logged as an ERROR, warned about (raised in strict
    mode), the entry removed, and the fresh trace used;

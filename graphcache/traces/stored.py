@@ -11,12 +11,13 @@ specs, TensorFlow's ``nested_structure_coder`` protos, base64), ``captures`` (pe
 the trace's order: the walk path of the object it was, ``variable`` or ``tensor``, its dtype and shape),
 ``arg_keywords`` and ``positional`` (the flat calling convention).
 
-Rebuilding is the SavedModel loader's path (``function_deserialization.load_function_def_library``: every
-function renamed, so a restored library never collides with what this process traced itself, and
-gradients of nested calls restored), then the captures bound as ``restore_captures`` binds a loaded
-object's (this process's variables' handles and eager tensors, each checked by dtype and shape first),
-the FunctionType TensorFlow's own trace would have (this call's parameters, the captures, the outputs)
-and the calling convention. No Python runs.
+Restoring registers the library in the eager context under new names (a restored library never collides
+with what this process traced itself) and calls it by name (lazy.py), with the captures bound as
+``restore_captures`` binds a loaded object's (this process's variables' handles and eager tensors, each
+checked by dtype and shape first), the FunctionType TensorFlow's own trace would have (this call's
+parameters, the captures, the outputs) and the calling convention. No Python runs. The FuncGraph, when
+something needs it, is the SavedModel loader's (``restore_graph``: ``load_function_def_library``, gradients
+of nested calls restored) bound the same way.
 
 What a stored trace cannot carry is refused when the trace is described (``Uncacheable``): captures the
 walk did not reach (the key would not cover them), call-time (by-reference) captures, outputs that are
