@@ -155,14 +155,15 @@ class LazyConcreteFunction(concrete_function_lib.ConcreteFunction):
     def _delayed_rewrite_functions(self) -> Any:  # type: ignore[override]
         return self._full()._delayed_rewrite_functions
 
-    # What needs no graph: answered without building it.
+    # What needs no graph: answered without building it. Once built, the name and definition are the built
+    # function's, as the graph's users (add_to_graph, a SavedModel export) refer to that one.
     @property
     def name(self) -> Any:
-        return self._inference_function.name
+        return super().name if self._built is not None else self._inference_function.name
 
     @property
     def function_def(self) -> function_pb2.FunctionDef:
-        return self._inference_function.cached_definition
+        return super().function_def if self._built is not None else self._inference_function.cached_definition
 
     @property
     def variables(self) -> tuple[Any, ...]:
