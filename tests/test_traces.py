@@ -517,3 +517,47 @@ def test_graphcache_run_caches_traces_by_default_and_a_hit_builds_its_graph_only
     assert {name: off[name] for name in values} == {name: plain[name] for name in values}
     kinds = {row.kind for row in GraphCache(off_dir).entries()}
     assert KIND not in kinds and "tf_function" in kinds
+
+
+def test_a_restored_trace_runs_by_name_builds_its_graph_on_demand_and_falls_back_to_a_trace(monkeypatch):
+    """stored.restore in this process, from a trace of this process: no cache, no hook."""
+    import tensorflow as tf
+    from tensorflow.core.function import trace_type
+
+    from graphcache.traces import stored
+
+    w = tf.Variable([1.0, 2.0])
+
+    @tf.function
+    def f(x):
+        return {"y": x * w + 1.0, "none": None}
+
+    x = tf.constant([3.0, 4.0])
+    traced = f.get_concrete_function(x)
+    described = stored.describe(traced, {"g:w": w})
+    trace = stored.StoredTrace(described.name, stored.library_of(described.name), described.captures,
+                               described.inputs, described.outputs, described.arg_keywords, described.positional)
+    fallbacks = []
+
+    def restore(fallback):
+        return stored.restore(trace, [w], traced.function_type, trace_type.InternalTracingContext(), fallback)
+
+    restored = restore(lambda exc: fallbacks.append(exc) or traced)
+    assert restored.name != traced.name and restored.function_type == traced.function_type
+    assert restored.structured_input_signature == traced.structured_input_signature
+    assert restored._call_flat([x], restored.captured_inputs)["y"].numpy().tolist() == [4.0, 9.0]
+    assert not restored.graph_built and restored.variables == (w,)
+    with tf.GradientTape() as tape:
+        y = restored._call_flat([x], restored.captured_inputs)["y"]
+    assert tape.gradient(y, w).numpy().tolist() == [3.0, 4.0] and restored.graph_built
+    assert tf.function(lambda v: restored._call_flat([v], restored.captured_inputs)["y"])(x).numpy().tolist() == [4.0, 9.0]
+
+    def broken(*args):
+        raise ValueError("no graph today")
+
+    monkeypatch.setattr(stored, "restore_graph", broken)
+    failing = restore(lambda exc: fallbacks.append(exc) or traced)
+    with tf.GradientTape() as tape:
+        y = failing._call_flat([x], failing.captured_inputs)["y"]
+    assert tape.gradient(y, w).numpy().tolist() == [3.0, 4.0]  # from the fresh trace the fallback gave
+    assert [str(exc) for exc in fallbacks] == ["no graph today"]
