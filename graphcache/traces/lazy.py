@@ -55,8 +55,15 @@ def register(library: function_pb2.FunctionDefLibrary) -> dict[str, str]:
             name = f"{base}_{ops.uid()}"
         renamed[fdef.signature.name] = name
     functionlib.rename(library, renamed)
-    for fdef in reversed(library.function):
-        ctx.add_function_def(fdef)
+    added: list[str] = []
+    try:
+        for fdef in reversed(library.function):
+            ctx.add_function_def(fdef)
+            added.append(fdef.signature.name)
+    except Exception:  # a library the context refuses: nothing of it stays registered (the hook traces instead)
+        for name in added:
+            ctx.remove_function(name)
+        raise
     return renamed
 
 
