@@ -15,7 +15,8 @@ process, medians over ``--runs``:
 from the cache keyed by its model (graphcache/traces/kerasstep.py).
 
 Phases: ``first`` (the first ``deep(x)``: trace or restore, instantiation, the first run), ``key`` (the
-trace key: walk + parts, inside ``first``), ``restore`` (rebuilding the ConcreteFunction on a hit, inside
+trace key: walk + parts, inside ``first``), ``read`` (the entry read, checked and decoded, inside ``first``),
+``restore`` (rebuilding the ConcreteFunction on a hit, inside
 ``first``), ``steady`` (a later call), ``enable`` (``import graphcache`` + opening the GraphCache; TensorFlow's
 import is outside every timer). Outputs are checked equal to plain TensorFlow's.
 
@@ -41,7 +42,7 @@ import common  # noqa: E402
 
 VARIANTS = ("plain", "cold", "warm", "cold_all", "warm_all")
 DEEP_BLOCKS = 570  # -> ~8,000 nodes
-PHASES = ("first", "key", "restore", "steady", "enable")
+PHASES = ("first", "key", "read", "restore", "steady", "enable")
 
 
 def child_run(variant: str, directory: str, blocks: int, keras_model: str = "") -> dict[str, Any]:
@@ -50,7 +51,7 @@ def child_run(variant: str, directory: str, blocks: int, keras_model: str = "") 
     tf = common.warm_up()
     import numpy as np
 
-    timings: dict[str, Any] = {"key": 0.0, "restore": 0.0}
+    timings: dict[str, Any] = {"key": 0.0, "read": 0.0, "restore": 0.0}
     cache = None
     if variant != "plain":
         start = time.perf_counter()
@@ -107,10 +108,11 @@ def _keras_run(name: str, timings: dict[str, Any], cache: Any) -> dict[str, Any]
 
 
 def _time_phases(timings: dict[str, Any]) -> None:
-    """Time the key and the restore inside the first call (wrapping the two functions the hook calls)."""
-    from graphcache.traces import keying, stored
+    """Time the key, the entry's read and the restore inside the first call (wrapping what the hook calls)."""
+    from graphcache.traces import hook, keying, stored
 
-    for module, name, phase in ((keying, "compute", "key"), (stored, "restore", "restore")):
+    for module, name, phase in ((keying, "compute", "key"), (hook.TraceCache, "_lookup", "read"),
+                                (stored, "restore", "restore")):
         original = getattr(module, name)
 
         def timed(*args: Any, _original: Any = original, _phase: str = phase, **kwargs: Any) -> Any:

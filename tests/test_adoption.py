@@ -59,7 +59,10 @@ off = tf.compat.v1.ConfigProto()
 off.graph_options.rewrite_options.disable_meta_optimizer = True
 out["grappler_off_type"] = type(tf.compat.v1.Session(graph=g, config=off)).__module__
 out["explicit_uses_installed_cache"] = str(graphcache.Session(graph=g).cache.cache_dir)
+import graphcache.functions, graphcache.traces
+out["plugins"] = [graphcache.functions.active() is not None, graphcache.traces.active() is not None]
 out["uninstalled"] = [graphcache.uninstall(), graphcache.uninstall()]
+out["plugins"] += [graphcache.functions.active() is not None, graphcache.traces.active() is not None]
 out["restored"] = tf.compat.v1.Session.__dict__["__init__"] is original and \\
     type(tf.compat.v1.Session(graph=g)) is tf.compat.v1.Session and \\
     type(tf.compat.v1.InteractiveSession(graph=g)) is tf.compat.v1.InteractiveSession
@@ -78,6 +81,7 @@ def test_install_makes_every_tf1_session_a_graphcache_session_and_uninstall_rest
     assert out["interactive"] == ["graphcache.session.drop_in", True]
     assert out["grappler_off_type"] == "tensorflow.python.client.session"  # nothing to cache: left plain
     assert out["explicit_uses_installed_cache"] == str(cache_dir)
+    assert out["plugins"] == [True, True, False, False]  # TF2 functions and traces: on with install(), off after
     assert out["uninstalled"] == [True, False] and out["restored"]
     assert out["compiles"] >= 1
 
@@ -261,9 +265,9 @@ import graphcache
 first, second = {first!r}, {second!r}
 warnings.simplefilter("always")
 with warnings.catch_warnings(record=True) as caught:
-    graphcache.install(cache_dir=first)
+    first_cache = graphcache.install(cache_dir=first)
     tf.function(lambda x: tf.reduce_sum(tf.square(x)) * 2.0)(tf.ones([8]))
-    graphcache.install(cache_dir=second)  # a dir that does not exist yet: created, mode 0700
+    second_cache = graphcache.install(cache_dir=second)  # a dir that does not exist yet: created, mode 0700
     tf.function(lambda x: tf.reduce_sum(tf.sqrt(x)) + 1.0)(tf.ones([8]))
     with tf.Graph().as_default() as g:
         x = tf.compat.v1.placeholder(tf.float32, [4], name="x")
@@ -273,6 +277,8 @@ with warnings.catch_warnings(record=True) as caught:
             value = sess.run(y, {{x: np.arange(4, dtype=np.float32)}}).tolist()
     graphcache.GraphCache(first, functions=True)  # not install(): keeps the installed function cache, warns
 graphcache.functions.wait_for_writes()
+first_cache.wait_for_writes()  # the traces' entries
+second_cache.wait_for_writes()
 kinds = {{d: sorted({{row.kind for row in graphcache.GraphCache(d).entries()}} - {{"tf_function_alias"}})
          for d in (first, second)}}
 print(json.dumps({{"kinds": kinds, "session_dir": session_dir, "value": value,
@@ -281,12 +287,12 @@ print(json.dumps({{"kinds": kinds, "session_dir": session_dir, "value": value,
 '''
 
 
-def test_install_twice_moves_sessions_and_functions_to_the_second_dir(tmp_path):
+def test_install_twice_moves_sessions_functions_and_traces_to_the_second_dir(tmp_path):
     first, second = tmp_path / "first", tmp_path / "new" / "second"
     first.mkdir()
     out = run_python(INSTALL_TWICE_CHILD.format(first=str(first), second=str(second)))
-    assert out["kinds"][str(first)] == ["tf_function"]
-    assert out["kinds"][str(second)] == ["graph", "tf_function"]
+    assert out["kinds"][str(first)] == ["tf_function", "tf_trace"]
+    assert out["kinds"][str(second)] == ["graph", "tf_function", "tf_trace"]
     assert out["session_dir"] == str(second) and out["value"] == [0.0, 4.0, 8.0, 12.0]
     assert out["mode"] == "0o700"
     [(message, filename)] = out["warnings"]  # the one warning points at the caller's line, not graphcache's

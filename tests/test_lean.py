@@ -88,9 +88,9 @@ print(json.dumps({{"installed": installed, "session": type(sess).__module__,
 
 
 def test_install_loads_the_session_drop_in_only_for_a_tf1_session(cache_dir):
-    """A TF2 program under install() pays for the functions plugin, not for the TF1 drop-in or XLA."""
+    """A TF2 program under install() pays for the functions and traces plugins, not for the TF1 drop-in or XLA."""
     out = run_python(INSTALL_CHILD.format(cache_dir=str(cache_dir)))
-    assert "graphcache.functions" in out["installed"]
+    assert "graphcache.functions" in out["installed"] and "graphcache.traces" in out["installed"]
     assert _matches(out["installed"], ("graphcache.session.drop_in", "graphcache.xla", "graphcache.accelerate.mode",
                                        "graphcache.share", "graphcache.explain", "graphcache.cli")) == []
     assert out["session"] == "graphcache.session.drop_in" and "graphcache.session.drop_in" in out["after"]

@@ -443,3 +443,121 @@ def test_a_set_iterated_in_another_hash_seed_order_misses(cache_dir):
     plain = {seed: [weights[name] for name in json.loads(_set_order(seed).replace("'", '"'))] for seed in orders.values()}
     assert other["value"] == plain[second] != plain[first]
     assert other["traces"] == {**ANY_TRACES, "trace_hits": 1, "trace_misses": 2}  # another order: another key
+
+
+RUN_SCRIPT = '''
+import json
+import numpy as np
+import tensorflow as tf
+
+w = tf.Variable(np.linspace(-1.0, 1.0, 64, dtype=np.float32).reshape(8, 8))
+calls = []
+
+@tf.function
+def inner(y):
+    return tf.matmul(y, w) * 0.5
+
+@tf.function
+def deep(x):
+    y = x
+    for _ in range(20):
+        y = tf.concat([y[:, 1:], y[:, :1]], axis=1) * 0.5 + 0.1
+    return tf.reduce_sum(inner(y)), {"last": y[0], "first": y[:, 0]}
+
+@tf.function
+def outer(x):
+    calls.append(1)  # a side effect: traced in every process, so deep is called inside a trace (graph mode)
+    return deep(x)[0] * 2.0
+
+x = tf.reshape(tf.range(64, dtype=tf.float32) / 64.0, [8, 8])
+total, rest = deep(x)
+concrete = deep.get_concrete_function(x)
+built_after_calls = getattr(concrete, "graph_built", None)  # None: a traced ConcreteFunction (plain, a miss)
+with tf.GradientTape() as tape:
+    loss = deep(x)[0]
+gradient = tape.gradient(loss, w)
+print(json.dumps({"total": float(total), "last": rest["last"].numpy().tolist(), "first": rest["first"].numpy().tolist(),
+                  "gradient": gradient.numpy().tolist(), "outer": float(outer(x)), "lazy": type(concrete).__name__,
+                  "built_after_calls": built_after_calls, "built_after_tape": getattr(concrete, "graph_built", None)}))
+'''
+
+
+def _script_run(argv: list[str], env: dict[str, str] | None = None) -> tuple[dict, str]:
+    proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT), **(env or {})})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads([line for line in proc.stdout.splitlines() if line.strip()][-1]), proc.stderr
+
+
+def test_graphcache_run_caches_traces_by_default_and_a_hit_builds_its_graph_only_for_a_tape(tmp_path, cache_dir):
+    script = tmp_path / "script.py"
+    script.write_text(RUN_SCRIPT)
+    run = ["-m", "graphcache", "run", "--cache-dir", str(cache_dir), str(script)]
+    plain, _ = _script_run([str(script)])
+    assert plain["lazy"] == "ConcreteFunction"
+    values = ("total", "last", "first", "gradient", "outer")
+
+    _script_run(run, {"GRAPHCACHE_TRACE_VERIFY": "0"})  # cold: traced and stored
+    stored = GraphCache(cache_dir).stats()
+    assert stored.traces["trace_misses"] >= 1 and stored.traces["trace_hits"] == 0
+    assert stored.trace_reasons.get("side_effect") == 1  # outer
+
+    warm, stderr = _script_run(run, {"GRAPHCACHE_TRACE_VERIFY": "1"})  # every hit is compared with a fresh trace
+    stats = GraphCache(cache_dir).stats()
+    assert {name: warm[name] for name in values} == {name: plain[name] for name in values}
+    assert stats.traces["trace_hits"] >= 1 and "differs" not in stderr, stderr[-2000:]
+    assert stats.functions["function_hits"] > stored.functions["function_hits"]  # its instantiation: from the cache
+    # An eager call runs the stored library by name; the tape (and outer's trace, after it) needed the graph.
+    assert warm["lazy"] == "LazyConcreteFunction"
+    assert warm["built_after_calls"] is False and warm["built_after_tape"] is True
+
+    off_dir = tmp_path / "off"
+    off, _ = _script_run(["-m", "graphcache", "run", "--cache-dir", str(off_dir), str(script)],
+                         {"GRAPHCACHE_TRACES": "0"})
+    assert {name: off[name] for name in values} == {name: plain[name] for name in values}
+    kinds = {row.kind for row in GraphCache(off_dir).entries()}
+    assert KIND not in kinds and "tf_function" in kinds
+
+
+def test_a_restored_trace_runs_by_name_builds_its_graph_on_demand_and_falls_back_to_a_trace(monkeypatch):
+    """stored.restore in this process, from a trace of this process: no cache, no hook."""
+    import tensorflow as tf
+    from tensorflow.core.function import trace_type
+
+    from graphcache.traces import stored
+
+    w = tf.Variable([1.0, 2.0])
+
+    @tf.function
+    def f(x):
+        return {"y": x * w + 1.0, "none": None}
+
+    x = tf.constant([3.0, 4.0])
+    traced = f.get_concrete_function(x)
+    described = stored.describe(traced, {"g:w": w})
+    trace = stored.StoredTrace(described.name, stored.library_of(described.name), described.captures,
+                               described.inputs, described.outputs, described.arg_keywords, described.positional)
+    fallbacks = []
+
+    def restore(fallback):
+        return stored.restore(trace, [w], traced.function_type, trace_type.InternalTracingContext(), fallback)
+
+    restored = restore(lambda exc: fallbacks.append(exc) or traced)
+    assert restored.name != traced.name and restored.function_type == traced.function_type
+    assert restored.structured_input_signature == traced.structured_input_signature
+    assert restored._call_flat([x], restored.captured_inputs)["y"].numpy().tolist() == [4.0, 9.0]
+    assert not restored.graph_built and restored.variables == (w,)
+    with tf.GradientTape() as tape:
+        y = restored._call_flat([x], restored.captured_inputs)["y"]
+    assert tape.gradient(y, w).numpy().tolist() == [3.0, 4.0] and restored.graph_built
+    assert tf.function(lambda v: restored._call_flat([v], restored.captured_inputs)["y"])(x).numpy().tolist() == [4.0, 9.0]
+
+    def broken(*args):
+        raise ValueError("no graph today")
+
+    monkeypatch.setattr(stored, "restore_graph", broken)
+    failing = restore(lambda exc: fallbacks.append(exc) or traced)
+    with tf.GradientTape() as tape:
+        y = failing._call_flat([x], failing.captured_inputs)["y"]
+    assert tape.gradient(y, w).numpy().tolist() == [3.0, 4.0]  # from the fresh trace the fallback gave
+    assert [str(exc) for exc in fallbacks] == ["no graph today"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from tensorflow.core.framework import function_pb2, graph_pb2
+from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2
 from tensorflow.python.framework import op_def_registry
 
 from . import keys
@@ -57,6 +57,32 @@ def reachable_library(ctx: Any, fdef: function_pb2.FunctionDef, ops: set[str]
         library[name] = callee
         stack.extend(sorted(_referenced(callee, op_types(callee))))
     return library
+
+
+def _rename_attr(attr: attr_value_pb2.AttrValue, renamed: dict[str, str]) -> None:
+    kind = attr.WhichOneof("value")
+    funcs = [attr.func] if kind == "func" else list(attr.list.func) if kind == "list" else []
+    for fn in funcs:
+        fn.name = renamed.get(fn.name, fn.name)
+        for nested in fn.attr.values():
+            _rename_attr(nested, renamed)
+
+
+def rename(library: function_pb2.FunctionDefLibrary, renamed: dict[str, str]) -> None:
+    """Rename functions of ``library`` in place (old name -> new name): their signatures and every reference
+    to them (a node whose op type is the function, ``func`` attributes, nested). Only nodes whose op type can
+    refer to a function are visited: a library of a deep function with no calls costs one pass over op types."""
+    for fdef in library.function:
+        fdef.signature.name = renamed.get(fdef.signature.name, fdef.signature.name)
+        callers = {op for op in op_types(fdef) if op in renamed or _calls_functions(op)}
+        if callers:
+            for node in fdef.node_def:
+                if node.op in callers:
+                    node.op = renamed.get(node.op, node.op)
+                    for attr in node.attr.values():
+                        _rename_attr(attr, renamed)
+        for attr in fdef.attr.values():
+            _rename_attr(attr, renamed)
 
 
 def canonical_function_hash(fdef: function_pb2.FunctionDef, library: dict[str, function_pb2.FunctionDef]) -> str:

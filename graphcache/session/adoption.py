@@ -15,8 +15,9 @@ spelling reaches it
 ``MonitoredTrainingSession``, ``ChiefSessionCreator`` / ``WorkerSessionCreator``, ``Supervisor``); and
 since graphcache's classes subclass TensorFlow's, ``isinstance(sess, tf.compat.v1.Session)`` holds.
 
-TF2 code has no session: its ``tf.function`` first calls are served by the functions plugin, which
-``install()`` enables too (unless ``functions=False``). Not reached: subclasses of TensorFlow's classes (a
+TF2 code has no session: its ``tf.function`` first calls are served by the functions plugin, and its
+``tf.function`` traces by the traces plugin, which ``install()`` enables too (unless ``functions=False``,
+``traces=False`` or ``GRAPHCACHE_TRACES=0``). Not reached: subclasses of TensorFlow's classes (a
 subclass's own code runs, e.g. tf.test's ``cached_session``), sessions whose config turns Grappler's
 meta-optimizer off (nothing to cache; this includes ``CompiledGraph.session()``), and other processes,
 except the Python processes a script started by ``graphcache run`` (or ``run_script``) starts: those find
@@ -38,7 +39,7 @@ from typing import Any
 
 from .. import runtime
 from ..core import plugins
-from ..core.settings import ENV_ACCELERATE, ENV_INSTALL, create_cache_dir
+from ..core.settings import ENV_ACCELERATE, ENV_INSTALL, ENV_TRACES, create_cache_dir, resolve_flag
 
 CHILD_SITE = Path(__file__).resolve().parent / "child_site"
 
@@ -58,17 +59,19 @@ class Installation:
 
 
 def install(cache: Any = None, *, cache_dir: str | os.PathLike[str] | None = None, experimental_config: Any = None,
-            functions: bool = True, **settings: Any) -> Any:
+            functions: bool = True, traces: bool | None = None, **settings: Any) -> Any:
     """Make every TF1-style session created from now on, in this process, a graphcache session, and (with
-    ``functions``, the default) serve TF2 functions' first calls from the cache too (graphcache/functions/).
+    ``functions``, the default) serve TF2 functions' first calls from the cache too (graphcache/functions/),
+    and (with ``traces``: the argument, else ``GRAPHCACHE_TRACES``, else on) tf.functions' traces
+    (graphcache/traces/: no Python tracing on a hit).
 
     ``cache``: the GraphCache they share; else one is opened with ``cache_dir`` (else
     ``experimental_config.graph_compiler_cache_dir``, else ``$GRAPHCACHE_DIR``/the user cache dir) and
     ``settings`` (GraphCache's keyword arguments); a missing cache dir is created (mode 0700), as
     ``graphcache run`` does. ``experimental_config``: the adapter's settings (``accelerate_train_mode``
     needs a ``TellMeStepOrLossHook`` in the training loop's hooks). Calling it again replaces the cache,
-    the config and the TF2 function caching (sessions made before keep their cache, and functions already
-    called keep their kernels); it never patches twice. Thread-safe. Returns the GraphCache.
+    the config and the TF2 function and trace caching (sessions made before keep their cache, and functions
+    already called keep their kernels and traces); it never patches twice. Thread-safe. Returns the GraphCache.
     """
     from ..cache import GraphCache
 
@@ -80,11 +83,13 @@ def install(cache: Any = None, *, cache_dir: str | os.PathLike[str] | None = Non
                 cache_dir = experimental_config.graph_compiler_cache_dir
             if cache_dir is not None:  # as `graphcache run --cache-dir` does; errors name the dir given
                 cache_dir = create_cache_dir(Path(cache_dir).expanduser())
-            cache = GraphCache(cache_dir, functions=False, **settings)  # functions: below, replacing any
-        if functions and not cache.disabled:
-            plugins.enable(cache, "functions", replace=True)
-        else:
-            _stop_functions()
+            # functions and traces: below, replacing any
+            cache = GraphCache(cache_dir, functions=False, traces=False, **settings)
+        for plugin, wanted in (("functions", functions), ("traces", resolve_flag(traces, ENV_TRACES, default=True))):
+            if wanted and not cache.disabled:
+                plugins.enable(cache, plugin, replace=True)
+            else:
+                _stop(plugin)
         current = runtime.state.installed
         if current is None:
             import tensorflow as tf
@@ -106,15 +111,17 @@ def uninstall() -> bool:
         if current is None:
             return False
         current.undo()
-        _stop_functions()
+        _stop("functions")
+        _stop("traces")
         return True
 
 
-def _stop_functions() -> None:
-    """TF2 functions' first calls no longer go through a cache (install(functions=False), uninstall())."""
-    functions = runtime.state.plugins.get("functions")
-    if functions is not None:
-        functions.release()
+def _stop(plugin: str) -> None:
+    """TF2 functions' first calls (``functions``) or tf.function traces (``traces``) no longer go through a
+    cache (install(functions=False) / install(traces=False), uninstall())."""
+    handle = runtime.state.plugins.get(plugin)
+    if handle is not None:
+        handle.release()
 
 
 def installed() -> bool:

@@ -1,11 +1,12 @@
 """TF2 traces cached: a later process gets a plain tf.function's ConcreteFunction without Python tracing.
 
 ``enable(cache)`` (a plugin, core/plugins.py: ``GraphCache(traces=True)`` or ``GRAPHCACHE_TRACES=1`` enable
-it through ``plugins.enable(cache, "traces")``; opt-in in this slice) makes every top-level trace of a
-``tf.function`` look its key up first: the Python function's code and everything it reaches, the plain
+it through ``plugins.enable(cache, "traces")``, and ``install()`` / ``graphcache run`` unless told not to)
+makes every top-level trace of a ``tf.function`` look its key up first: the Python function's code and everything it reaches, the plain
 values it reads, its variables by dtype and shape, the arguments' TraceTypes, the tracing options, the
-versions and the compiler identity, all computed before tracing. A hit rebuilds the ConcreteFunction
-from the stored function library bound to this process's variables (no Python runs); with the functions
+versions and the compiler identity, all computed before tracing. A hit registers the stored function
+library in the eager context and calls it by name, bound to this process's variables (no Python runs; the
+FuncGraph is built only if something needs it); with the functions
 plugin on, its first call is then served from the cache too (tracing and optimization both skipped).
 Anything the key cannot cover is traced every time and counted ``trace_uncacheable`` with its reason.
 
@@ -14,6 +15,7 @@ Modules, one job each:
 - ``walk``: the Python side of the key (code, reached functions and classes, plain values, variables);
 - ``keying``: the key's named parts, and where a trace can be cached at all;
 - ``stored``: the entry payload (function library + signatures + captures), its checks, the rebuild;
+- ``lazy``: a rebuilt trace called by name, its FuncGraph built only when something needs it;
 - ``hook``: the wrapper of ``tracing_compilation._create_concrete_function`` and the hit / miss flows.
 
 Entries (through the cache's entry service, so ls/purge/evict/verify/export/import/push cover them):

@@ -17,7 +17,8 @@ A trace (only a top-level one, in eager mode: traces nested inside another trace
    predict step is keyed by its model (kerasstep.py);
 2. computes the key (keying.py, walk.py) or refuses (``Uncacheable``: counted ``trace_uncacheable`` and
    by reason, logged at INFO) and traces as TensorFlow does;
-3. hit: the stored trace is rebuilt bound to this process's variables (stored.py) and returned; with
+3. hit: the stored trace is registered in the eager context and bound to this process's variables
+   (stored.py; its FuncGraph is built only if something needs it: lazy.py) and returned; with
    ``GRAPHCACHE_TRACE_VERIFY=1`` the function is traced anyway and the two compared (canonical function
    libraries, captures, signatures): a difference is logged as an ERROR, warned about (raised in strict
    mode), the entry removed, and the fresh trace used;
@@ -137,7 +138,7 @@ class TraceCache:
             self._failed(f"keying the trace of {name}", exc)
             return trace()
         if found is not None:
-            restored = self._restore(key, found, function_type, type_context, name)
+            restored = self._restore(key, found, function_type, type_context, name, trace)
             if restored is not None:
                 concrete, seconds = restored
                 stale = self._stale(key, found[1], trace, name) if self.verify else None
@@ -163,15 +164,21 @@ class TraceCache:
             return None
 
     def _restore(self, key: keying.TraceKey, found: tuple[codec.EntryHeader, stored.StoredTrace], function_type: Any,
-                 type_context: Any, name: str) -> tuple[Any, float] | None:
+                 type_context: Any, name: str, fresh_trace: Any) -> tuple[Any, float] | None:
         trace = found[1]
         captures = stored.bind(trace, key.walk.bindings)
         if captures is None:  # the key covers every capture's dtype and shape: only a damaged entry gets here
             self.cache.discard_corrupt(key.key, CorruptEntryError("its captures do not fit this process's objects"))
             return None
+        def graph_failed(exc: BaseException) -> Any:  # the lazy graph, built later, did not build: trace instead
+            self._failed(f"building the graph of the cached trace of {name}", exc)
+            self.cache.discard_corrupt(key.key, CorruptEntryError(
+                f"the stored trace of {name} does not build a graph ({type(exc).__name__}: {exc})"))
+            return fresh_trace()
+
         start = time.perf_counter()
         try:
-            concrete = stored.restore(trace, captures, function_type, type_context)
+            concrete = stored.restore(trace, captures, function_type, type_context, graph_failed)
         except CacheIOError:
             raise
         except Exception as exc:

@@ -11,12 +11,13 @@ specs, TensorFlow's ``nested_structure_coder`` protos, base64), ``captures`` (pe
 the trace's order: the walk path of the object it was, ``variable`` or ``tensor``, its dtype and shape),
 ``arg_keywords`` and ``positional`` (the flat calling convention).
 
-Rebuilding is the SavedModel loader's path (``function_deserialization.load_function_def_library``: every
-function renamed, so a restored library never collides with what this process traced itself, and
-gradients of nested calls restored), then the captures bound as ``restore_captures`` binds a loaded
-object's (this process's variables' handles and eager tensors, each checked by dtype and shape first),
-the FunctionType TensorFlow's own trace would have (this call's parameters, the captures, the outputs)
-and the calling convention. No Python runs.
+Restoring registers the library in the eager context under new names (a restored library never collides
+with what this process traced itself) and calls it by name (lazy.py), with the captures bound as
+``restore_captures`` binds a loaded object's (this process's variables' handles and eager tensors, each
+checked by dtype and shape first), the FunctionType TensorFlow's own trace would have (this call's
+parameters, the captures, the outputs) and the calling convention. No Python runs. The FuncGraph, when
+something needs it, is the SavedModel loader's (``restore_graph``: ``load_function_def_library``, gradients
+of nested calls restored) bound the same way.
 
 What a stored trace cannot carry is refused when the trace is described (``Uncacheable``): captures the
 walk did not reach (the key would not cover them), call-time (by-reference) captures, outputs that are
@@ -30,6 +31,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +42,7 @@ from tensorflow.core.function.polymorphism import function_type as function_type
 from tensorflow.core.protobuf import saved_object_graph_pb2, struct_pb2
 from tensorflow.python.eager import context
 from tensorflow.python.eager.polymorphic_function import concrete_function as concrete_function_lib
-from tensorflow.python.framework import dtypes, op_def_registry
+from tensorflow.python.framework import dtypes, op_def_registry, ops
 from tensorflow.python.framework import tensor as tensor_lib
 from tensorflow.python.ops import resource_variable_ops
 from tensorflow.python.saved_model import function_deserialization, nested_structure_coder
@@ -48,6 +50,7 @@ from tensorflow.python.util import nest
 
 from ..compile.functionlib import canonical_function_hash, op_types, reachable_library
 from ..errors import CorruptEntryError
+from . import lazy
 from .walk import Uncacheable
 
 MAGIC = b"GCTRACE1"
@@ -136,8 +139,9 @@ def describe(concrete: Any, bindings: dict[str, Any]) -> Described:
         encoded_outputs = nested_structure_coder.encode_structure(outputs)
     except nested_structure_coder.NotEncodableError as exc:
         raise Uncacheable("structure", f"its signature cannot be stored ({exc})") from None
-    return Described(concrete.function_def.signature.name, captures, inputs.SerializeToString(),
-                     encoded_outputs.SerializeToString(), [str(k) for k in concrete._arg_keywords],
+    # deterministic: a dict is a protobuf map, whose order otherwise varies (and GRAPHCACHE_TRACE_VERIFY compares bytes)
+    return Described(concrete.function_def.signature.name, captures, inputs.SerializeToString(deterministic=True),
+                     encoded_outputs.SerializeToString(deterministic=True), [str(k) for k in concrete._arg_keywords],
                      int(concrete._num_positional_args))
 
 
@@ -212,8 +216,29 @@ def _decoded(data: bytes) -> Any:
     return nested_structure_coder.decode_proto(struct_pb2.StructuredValue.FromString(data))
 
 
-def restore(trace: StoredTrace, captures: list[Any], function_type: Any, type_context: Any) -> Any:
-    """The ConcreteFunction of a stored trace, bound to ``captures`` (bind()), typed for ``function_type``."""
+def restore(trace: StoredTrace, captures: list[Any], function_type: Any, type_context: Any,
+            fallback: Callable[[BaseException], Any]) -> Any:
+    """The ConcreteFunction of a stored trace, bound to ``captures`` (bind()), typed for ``function_type``:
+    called by name, its FuncGraph built only when something needs it (lazy.py; ``fallback(exc)``: a fresh
+    trace, should that build fail)."""
+    library = function_pb2.FunctionDefLibrary()
+    library.CopyFrom(trace.library)  # renamed in place
+    with ops.init_scope():  # the variables' handles as restore_captures takes them
+        tensors = [restore_captures.get_tensor_from_node(obj) for obj in captures]
+    variables = [obj for obj in captures if isinstance(obj, resource_variable_ops.BaseResourceVariable)]
+    typed = lazy.function_type_of(function_type, tensors, _decoded(trace.outputs), type_context)
+    lazy.register(library)
+    concrete = lazy.LazyConcreteFunction(
+        lazy.atomic(library, typed), tensors, variables, _decoded(trace.inputs),
+        build=lambda: restore_graph(trace, captures, function_type, type_context), fallback=fallback)
+    concrete._arg_keywords = list(trace.arg_keywords)
+    concrete._num_positional_args = trace.positional
+    return concrete
+
+
+def restore_graph(trace: StoredTrace, captures: list[Any], function_type: Any, type_context: Any) -> Any:
+    """The ConcreteFunction of a stored trace with a real FuncGraph: the SavedModel loader's path (every function
+    imported as a FuncGraph: about 0.16 ms a node), bound to ``captures``, typed for ``function_type``."""
     library = function_pb2.FunctionDefLibrary()
     library.CopyFrom(trace.library)  # the loader renames in place
     objects = saved_object_graph_pb2.SavedObjectGraph()
@@ -243,4 +268,4 @@ def fresh_hash(concrete: Any) -> str:
 
 
 __all__ = ["Described", "StoredTrace", "bind", "check_graph", "decode", "describe", "encode", "fresh_hash",
-           "library_of", "restore"]
+           "library_of", "restore", "restore_graph"]
