@@ -1,0 +1,189 @@
+"""Keras ``model.fit`` / ``model.evaluate`` served from the trace cache (graphcache/traces/kerasfit.py), never stale.
+
+As tests/test_traces_keras.py: fresh processes (tests.helpers.run_python) with ``GRAPHCACHE_TRACE_VERIFY=1``
+(each hit traced anyway and compared: a stale hit would be an ERROR). A cold process stores each model's
+train and test steps, a warm one hits them, and both fit and evaluate exactly as plain TensorFlow does
+(losses and metrics per epoch, evaluate's results, weights and optimizer variables after fit, bitwise).
+Each thing a train step reads, changed between processes, is a miss with plain TensorFlow's results: the
+learning rate, a float in a learning-rate schedule, the loss, a metric added, a custom ``train_step``'s code,
+a global a custom layer's ``call`` reads. Key and refusal checks run in this process.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from .helpers import run_python
+
+BASE = {"lr": 0.01, "decay": 0.9, "loss": "mse", "metrics": ["mae"], "step": "* 1.0", "flag": False}
+CHANGED = {"lr": 0.02, "decay": 0.8, "loss": "mae", "metrics": ["mae", "mse"], "step": "* 0.5", "flag": True}
+# Each of these models reads one thing CHANGED changes; "sub" (a subclassed model built by graphcache's
+# symbolic build before its first trace) and "evalonly" (evaluated, never fit: its optimizer stays unbuilt) none.
+VARIANT_MODELS = ("lr", "decay", "loss", "metrics", "step", "flag")
+UNCHANGED_MODELS = ("sub", "evalonly")
+
+CHILD = '''
+import json, logging, warnings
+import numpy as np
+import tensorflow as tf
+import keras
+
+V = {variant!r}
+FLAG = V["flag"]
+messages = []
+handler = logging.Handler()
+handler.emit = lambda record: messages.append((record.levelname, record.getMessage()))
+logging.getLogger("graphcache").addHandler(handler)
+logging.getLogger("graphcache").setLevel(logging.INFO)
+caught = warnings.catch_warnings(record=True)
+seen_warnings = caught.__enter__()
+warnings.simplefilter("always")
+if {use_cache}:
+    import graphcache
+    cache = graphcache.GraphCache({cache_dir!r}, traces=True)
+keras.utils.set_random_seed(7)
+
+
+class Flagged(keras.layers.Layer):
+    def build(self, shape):
+        self.w = self.add_weight(shape=(shape[-1],), initializer="ones")
+
+    def call(self, inputs):
+        if FLAG:
+            return inputs * self.w * 0.5
+        return inputs * self.w
+
+
+class Stepped(keras.Model):
+    """A subclassed model with its own train_step (its code changes with V["step"])."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden = keras.layers.Dense(4, activation="relu")
+        self.own = Flagged()
+        self.out = keras.layers.Dense(2)
+        self.tracker = keras.metrics.Mean(name="own_loss")
+
+    def call(self, x):
+        return self.out(self.own(self.hidden(x)))
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(x=x, y=y, y_pred=y_pred) {step}
+        gradients = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
+        self.tracker.update_state(loss)
+        return {{"own_loss": self.tracker.result()}}
+
+
+class Sub(keras.Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden = keras.layers.Dense(4, activation="relu")
+        self.out = keras.layers.Dense(2)
+
+    def call(self, x):
+        return self.out(self.hidden(x) * 0.5)
+
+
+def dense(units=3):
+    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(units, activation="relu"), keras.layers.Dense(2)])
+
+
+def conv():
+    inputs = keras.Input((4,))
+    h = keras.layers.Reshape((4, 1))(inputs)
+    h = keras.layers.Conv1D(3, 2, activation="relu")(h)
+    h = keras.layers.Flatten()(h)
+    return keras.Model(inputs, keras.layers.Dense(2)(h))
+
+
+def flagged():
+    inputs = keras.Input((4,))
+    return keras.Model(inputs, keras.layers.Dense(2)(Flagged()(keras.layers.Dense(3)(inputs))))
+
+
+models = {{
+    "lr": (dense(), dict(optimizer=keras.optimizers.Adam(V["lr"]), loss="mse", metrics=["mae"])),
+    "decay": (dense(), dict(optimizer=keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(
+        0.05, 2, V["decay"])), loss="mse")),
+    "loss": (conv(), dict(optimizer="adam", loss=V["loss"], metrics=["mae"])),
+    "metrics": (dense(), dict(optimizer="adam", loss="mse", metrics=V["metrics"])),
+    "step": (Stepped(), dict(optimizer="adam", loss="mse")),
+    "flag": (flagged(), dict(optimizer="rmsprop", loss="mse", metrics=["mse"])),
+    "sub": (Sub(), dict(optimizer="adam", loss="mse", metrics=["mae"])),  # not built before fit
+    "evalonly": (dense(), dict(optimizer="adam", loss="mse", metrics=["mae"])),
+}}
+models["step"][0](np.zeros((1, 4), np.float32))  # built before fit
+x = np.linspace(-1.0, 1.0, 64, dtype=np.float32).reshape(16, 4)
+y = np.stack([np.sin(3 * x[:, 0]), x[:, 1] * x[:, 2]], axis=1).astype(np.float32)
+out = {{}}
+for name, (model, compiled) in models.items():
+    model.compile(**compiled)
+    result = {{}}
+    if name != "evalonly":
+        result["history"] = model.fit(x, y, epochs=2, batch_size=8, shuffle=False, verbose=0).history
+    result["evaluate"] = model.evaluate(x, y, batch_size=8, verbose=0, return_dict=True)
+    result["weights"] = [w.tolist() for w in model.get_weights()]
+    result["optimizer"] = [np.asarray(v).tolist() for v in model.optimizer.variables]
+    result["optimizer_built"] = bool(model.optimizer.built)
+    out[name] = result
+if {use_cache}:
+    cache.wait_for_writes()
+    stats = cache.stats()
+    out.update(traces=stats.traces, reasons=stats.trace_reasons, by_kind=stats.by_kind.get("tf_trace"))
+out["errors"] = [m for level, m in messages if level == "ERROR"]
+out["log"] = [m for level, m in messages]
+out["warnings"] = [str(w.message) for w in seen_warnings if "graphcache" in str(w.message)]
+print(json.dumps(out))
+'''
+MODELS = (*VARIANT_MODELS, *UNCHANGED_MODELS)
+STEPS = 2 * len(MODELS) - 1  # a train and a test step each; "evalonly" only a test step
+
+
+def child(cache_dir, variant: dict) -> dict:
+    code = CHILD.format(variant=variant, use_cache=cache_dir is not None, cache_dir=str(cache_dir or ""),
+                        step=variant["step"])
+    return run_python(code, env={"GRAPHCACHE_TRACE_VERIFY": "1"}, timeout=600)
+
+
+def results(out: dict) -> dict:
+    return {name: out[name] for name in MODELS}
+
+
+VERIFIED = "verified against a fresh trace"
+
+
+def both(first: tuple, second: tuple) -> tuple[dict, dict]:
+    """Two children at once (a plain one never touches the cache): the suite runs on few cores, not one."""
+    with ThreadPoolExecutor(2) as pool:
+        running = [pool.submit(child, *first), pool.submit(child, *second)]
+        return running[0].result(), running[1].result()
+
+
+def test_keras_fit_and_evaluate_warm_hits_and_every_change_misses(cache_dir):
+    plain, cold = both((None, BASE), (cache_dir, BASE))
+    assert not plain["evalonly"]["optimizer_built"] and len(plain["evalonly"]["optimizer"]) == 2
+    assert results(cold) == results(plain) and not cold["errors"] and not cold["warnings"], cold["log"]
+    assert cold["traces"]["trace_hits"] == 0 and cold["traces"]["trace_misses"] == STEPS, cold["log"]
+    assert set(cold["reasons"]) <= {"library"}, cold["reasons"]  # tf.data's own functions only
+    assert cold["by_kind"]["entries"] == STEPS
+
+    warm, plain_changed = both((cache_dir, BASE), (None, CHANGED))  # verified: every hit traced anyway, compared
+    assert not warm["errors"] and not warm["warnings"], warm["log"]
+    assert results(warm) == results(plain), "a hit fits and evaluates exactly as plain TensorFlow does"
+    assert warm["traces"]["trace_hits"] == STEPS and sum(VERIFIED in m for m in warm["log"]) == STEPS
+
+    # Each variant model's one dependency changed: misses with plain TensorFlow's results, no stale hit.
+    changed = child(cache_dir, CHANGED)
+    assert not changed["errors"] and not changed["warnings"], changed["log"]
+    assert results(changed) == results(plain_changed)
+    for name in VARIANT_MODELS:
+        assert changed[name]["history"] != plain[name]["history"], name
+    # Evaluate's test step reads the loss, the metrics and the model, not the optimizer of a Keras model class:
+    # "lr" and "decay" hit there. (The counters are the cache's, over all three processes.)
+    misses = 2 * len(VARIANT_MODELS) - 2
+    assert changed["traces"]["trace_misses"] == STEPS + misses, changed["log"]
+    assert changed["traces"]["trace_hits"] == 2 * STEPS - misses
