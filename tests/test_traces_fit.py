@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from .helpers import run_python
 
 BASE = {"lr": 0.01, "decay": 0.9, "loss": "mse", "metrics": ["mae"], "step": "* 1.0", "flag": False}
@@ -73,7 +75,7 @@ class Stepped(keras.Model):
             y_pred = self(x, training=True)
             loss = self.compute_loss(x=x, y=y, y_pred=y_pred) {step}
         gradients = tape.gradient(loss, self.trainable_variables)
-        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
+        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables, strict=True))
         self.tracker.update_state(loss)
         return {{"own_loss": self.tracker.result()}}
 
@@ -187,3 +189,203 @@ def test_keras_fit_and_evaluate_warm_hits_and_every_change_misses(cache_dir):
     misses = 2 * len(VARIANT_MODELS) - 2
     assert changed["traces"]["trace_misses"] == STEPS + misses, changed["log"]
     assert changed["traces"]["trace_hits"] == 2 * STEPS - misses
+
+
+# -- the step's key, in this process ------------------------------------------------------------------------
+FLAG = False
+LOSS_SCALE = 1.0
+
+
+def _step(model, method: str = "train_step"):
+    """The FitStep of ``model``'s train or test function, its state built as the hook builds it."""
+    import tensorflow as tf
+    from tensorflow.core.function.polymorphism import function_type as function_type_lib
+
+    from graphcache.traces import kerasfit
+
+    if method == "train_step":
+        model.make_train_function(force=True)
+        function = model.train_function
+    else:
+        model.make_test_function(force=True)
+        function = model.test_function
+    cells = dict(zip(function.__code__.co_freevars, (cell.cell_contents for cell in function.__closure__),
+                     strict=True))
+    step = kerasfit.fit_step(cells["multi_step_on_iterator"].python_function)
+    assert step is not None and step.model is model and step.method == method
+    spec = tf.data.IteratorSpec((tf.TensorSpec([8, 4], tf.float32), tf.TensorSpec([8, 2], tf.float32)))
+    parameter = function_type_lib.Parameter("iterator", function_type_lib.Parameter.POSITIONAL_OR_KEYWORD, False,
+                                            spec)
+    kerasfit.build_state(step, function_type_lib.FunctionType([parameter]))
+    return step
+
+
+def _key(model, method: str = "train_step") -> str:
+    from graphcache.traces import kerasfit
+
+    return kerasfit.walk_step(_step(model, method)).digest()
+
+
+def _refused(model, method: str = "train_step") -> str:
+    from graphcache.traces import kerasfit
+    from graphcache.traces.walk import Uncacheable
+
+    with pytest.raises(Uncacheable) as caught:
+        kerasfit.walk_step(_step(model, method))
+    return f"{caught.value.reason}: {caught.value.detail}"
+
+
+def _model(layer=None, **compiled):
+    import keras
+
+    inputs = keras.Input((4,), name="x")
+    h = keras.layers.Dense(3, name="d")(inputs)
+    if layer is not None:
+        h = layer(h)
+    model = keras.Model(inputs, keras.layers.Dense(2, name="o")(h), name="m")
+    model.compile(**{"optimizer": keras.optimizers.Adam(name="adam"), "loss": "mse", **compiled})
+    return model
+
+
+def scaled_mse(y, y_pred):
+    import keras
+
+    return keras.ops.mean((y - y_pred) ** 2) * LOSS_SCALE
+
+
+def test_the_train_step_key_covers_optimizer_loss_metrics_and_user_code():
+    import keras
+
+    global LOSS_SCALE
+
+    # Named: Keras numbers auto-named optimizers process-wide (their variables' paths), as it does layers.
+    def adam(rate=0.01, **options):
+        return keras.optimizers.Adam(rate, name="adam", **options)
+
+    def sgd(decay=0.9):
+        return keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(0.05, 2, decay), name="sgd")
+
+    base = _key(_model(optimizer=adam(), metrics=["mae"]))
+    assert _key(_model(optimizer=adam(), metrics=["mae"])) == base  # unchanged: the same key
+    for changed in (_model(optimizer=adam(0.02), metrics=["mae"]),
+                    _model(optimizer=adam(clipnorm=1.0), metrics=["mae"]),
+                    _model(optimizer=keras.optimizers.AdamW(0.01, name="adam"), metrics=["mae"]),
+                    _model(optimizer=adam(), loss="mae", metrics=["mae"]),
+                    _model(optimizer=adam(), metrics=["mae", "mse"]),
+                    _model(optimizer=adam(), metrics=["mae"], loss_weights=[0.5]),
+                    _model(optimizer=adam(), metrics=["mae"], jit_compile=True)):
+        assert _key(changed) != base
+    assert _key(_model(optimizer=sgd())) == _key(_model(optimizer=sgd()))
+    assert _key(_model(optimizer=sgd(0.8))) != _key(_model(optimizer=sgd()))  # a float in a schedule
+
+    own = _key(_model(loss=scaled_mse))  # a user loss function: its code and the globals it reads
+    LOSS_SCALE = 2.0
+    try:
+        assert _key(_model(loss=scaled_mse)) != own
+    finally:
+        LOSS_SCALE = 1.0
+
+
+def _stepped(scale: float):
+    """Two classes of the same name whose train_step differs by a constant (their code)."""
+    import keras
+    import tensorflow as tf
+
+    class Stepped(keras.Model):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.out = keras.layers.Dense(2, name="o")
+            self.tracker = keras.metrics.Mean(name="own_loss")
+
+        def call(self, x):
+            return self.out(x)
+
+        def train_step(self, data):
+            x, y = data
+            with tf.GradientTape() as tape:
+                loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True))
+            gradients = tape.gradient(loss, self.trainable_variables)
+            self.optimizer.apply_gradients(zip(gradients, self.trainable_variables, strict=True))
+            self.tracker.update_state(loss)
+            return {"own_loss": self.tracker.result()}
+
+    if scale != 1.0:
+        class Stepped(Stepped):  # noqa: F811 - the same name, other code
+            def train_step(self, data):
+                x, y = data
+                with tf.GradientTape() as tape:
+                    loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True)) * 0.5
+                gradients = tape.gradient(loss, self.trainable_variables)
+                self.optimizer.apply_gradients(zip(gradients, self.trainable_variables, strict=True))
+                self.tracker.update_state(loss)
+                return {"own_loss": self.tracker.result()}
+
+    model = Stepped(name="stepped")
+    model.compile(optimizer=keras.optimizers.Adam(name="adam"), loss="mse")
+    return model
+
+
+def test_a_custom_train_step_and_a_custom_layer_are_keyed_by_their_code_and_globals():
+    import keras
+
+    global FLAG
+
+    base = _key(_stepped(1.0))
+    assert _key(_stepped(1.0)) == base
+    assert _key(_stepped(0.5)) != base
+
+    class Flagged(keras.layers.Layer):
+        def call(self, x):
+            return x * 0.5 if FLAG else x
+
+    before = _key(_model(Flagged(name="f")))
+    FLAG = True
+    try:
+        assert _key(_model(Flagged(name="f"))) != before
+    finally:
+        FLAG = False
+
+
+def test_the_state_is_built_before_the_trace_and_evaluate_leaves_the_optimizer_alone():
+    model = _model(metrics=["mae"])
+    assert not model.optimizer.built
+    _step(model, "test_step")
+    assert not model.optimizer.built and model._compile_metrics.built
+    assert [v.path for v in model.metrics_variables] == ["loss/total", "loss/count", "mean_absolute_error/total",
+                                                           "mean_absolute_error/count"]
+    step = _step(model)
+    assert model.optimizer.built and len(model.optimizer.variables) == 2 + 2 * len(model.trainable_variables)
+    from graphcache.traces import kerasfit
+
+    bindings = kerasfit.walk_step(step).bindings
+    assert [path.split(":")[0] for path in bindings] == ["keras"] * 4 + ["keras-metric"] * 4 + \
+        ["keras-optimizer"] * 10
+
+
+def test_the_fit_step_key_refuses_what_it_cannot_cover():
+    import keras
+
+    class HandsSelfOn(keras.Model):
+        def train_step(self, data):
+            return helper(self, data)
+
+    class CallableLoss:
+        def __call__(self, y, y_pred):
+            return y - y_pred
+
+    assert "hands self to other code" in _refused(_hands_self_on(HandsSelfOn))
+    assert "steps_per_execution" in _refused(_model(steps_per_execution=2))  # run_eagerly: no tf.function at all
+    assert "CallableLoss" in _refused(_model(loss=CallableLoss()))
+
+
+def _hands_self_on(cls):
+    import keras
+
+    inputs = keras.Input((4,))
+    model = cls(inputs, keras.layers.Dense(2)(inputs))
+    model.compile(optimizer="adam", loss="mse")
+    return model
+
+
+def helper(model, data):
+    return {}
