@@ -118,7 +118,8 @@ def _keras_run(name: str, timings: dict[str, Any], cache: Any) -> dict[str, Any]
     return {"out": float(np.asarray(out, np.float64).sum()), "timings": timings}
 
 
-def _fit_model(name: str) -> Any:
+def fit_model(name: str) -> Any:
+    """A compiled ``--fit`` model (FIT_MODELS), built; tests/test_traces_fit.py's slow sweep fits it too."""
     import keras
 
     class TokenAndPosition(keras.layers.Layer):  # user code in the model: walked by the key
@@ -144,15 +145,22 @@ def _fit_model(name: str) -> Any:
     return model
 
 
+def fit_data() -> tuple[Any, Any]:
+    """``--fit``'s data: FIT_BATCHES batches of token ids and binary labels."""
+    import numpy as np
+
+    count = FIT_BATCHES * FIT_BATCH
+    x = (np.arange(count * FIT_LENGTH, dtype=np.int64).reshape(count, FIT_LENGTH) * 7919 % FIT_VOCAB).astype("int32")
+    return x, (x[:, 0] % 2).astype("int32")
+
+
 def _fit_run(name: str, timings: dict[str, Any], cache: Any) -> dict[str, Any]:
     import keras
     import numpy as np
 
     keras.utils.set_random_seed(0)
-    model = _fit_model(name)
-    count = FIT_BATCHES * FIT_BATCH
-    x = (np.arange(count * FIT_LENGTH, dtype=np.int64).reshape(count, FIT_LENGTH) * 7919 % FIT_VOCAB).astype("int32")
-    y = (x[:, 0] % 2).astype("int32")
+    model = fit_model(name)
+    x, y = fit_data()
     marks: dict[str, float] = {}
 
     class Marks(keras.callbacks.Callback):

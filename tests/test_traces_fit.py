@@ -389,3 +389,76 @@ def _hands_self_on(cls):
 
 def helper(model, data):
     return {}
+
+
+# -- a broader sweep behind `slow`: attention, an LSTM, mixed precision, a keras.applications evaluate ------------
+SWEEP = '''
+import json, logging, sys
+import numpy as np
+import keras
+
+messages = []
+handler = logging.Handler()
+handler.emit = lambda record: messages.append((record.levelname, record.getMessage()))
+logging.getLogger("graphcache").addHandler(handler)
+logging.getLogger("graphcache").setLevel(logging.INFO)
+if {use_cache}:
+    import graphcache
+    cache = graphcache.GraphCache({cache_dir!r}, traces=True)
+name = {name!r}
+keras.utils.set_random_seed(0)
+out = {{}}
+if name in ("small_transformer", "lstm"):
+    sys.path.insert(0, "benchmarks")
+    from trace_bench import fit_data, fit_model
+    model = fit_model(name)
+    x, y = fit_data()
+    out["history"] = model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0).history
+elif name == "mixed_precision":  # a LossScaleOptimizer around Adam, float16 compute
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
+                              keras.layers.BatchNormalization(), keras.layers.Dense(2, dtype="float32")])
+    model.compile(optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(0.01)), loss="mse")
+    x = np.linspace(-1, 1, 256, dtype=np.float32).reshape(32, 8)
+    y = np.stack([x.sum(1), x[:, 0] * x[:, 1]], 1).astype(np.float32)
+    out["history"] = model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history
+else:  # keras.applications: evaluate only
+    model = getattr(keras.applications, name)(weights=None, input_shape=(64, 64, 3), classes=3)
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    x = np.linspace(0.0, 1.0, 4 * 64 * 64 * 3, dtype=np.float32).reshape(4, 64, 64, 3)
+    y = np.array([0, 1, 2, 1])
+out["evaluate"] = model.evaluate(x, y, batch_size=8 if name != "small_transformer" else 16, verbose=0)
+out["weights"] = float(sum(np.asarray(w, np.float64).sum() for w in model.get_weights()))
+if {use_cache}:
+    cache.wait_for_writes()
+    out.update(traces=cache.stats().traces, reasons=cache.stats().trace_reasons)
+out["errors"] = [m for level, m in messages if level == "ERROR"]
+out["refused"] = [m for level, m in messages if "not cached (keras)" in m]
+print(json.dumps(out))
+'''
+
+
+def _sweep(cache_dir, name: str) -> dict:
+    code = SWEEP.format(use_cache=cache_dir is not None, cache_dir=str(cache_dir or ""), name=name)
+    return run_python(code, env={"GRAPHCACHE_TRACE_VERIFY": "1"}, timeout=900)
+
+
+def both_sweeps(first: tuple, second: tuple) -> tuple[dict, dict]:
+    with ThreadPoolExecutor(2) as pool:
+        running = [pool.submit(_sweep, *first), pool.submit(_sweep, *second)]
+        return running[0].result(), running[1].result()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["small_transformer", "lstm", "mixed_precision", "MobileNetV2"])
+def test_keras_fit_sweep_hits_with_plain_results(cache_dir, name):
+    plain, cold = both_sweeps((None, name), (cache_dir, name))
+    steps = 1 if name == "MobileNetV2" else 2  # evaluate only, or fit and evaluate
+    measured = [key for key in ("history", "evaluate", "weights") if key in plain]
+    assert [cold[key] for key in measured] == [plain[key] for key in measured]
+    assert not cold["errors"] and not cold["refused"], cold
+    assert cold["traces"]["trace_misses"] == steps and set(cold["reasons"]) <= {"library"}, cold
+    warm = _sweep(cache_dir, name)  # verified against a fresh trace
+    assert [warm[key] for key in measured] == [plain[key] for key in measured]
+    assert not warm["errors"], warm["errors"]
+    assert warm["traces"]["trace_hits"] == steps, warm["traces"]
