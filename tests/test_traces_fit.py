@@ -278,12 +278,38 @@ def test_the_train_step_key_covers_optimizer_loss_metrics_and_user_code():
     assert _key(_model(optimizer=sgd())) == _key(_model(optimizer=sgd()))
     assert _key(_model(optimizer=sgd(0.8))) != _key(_model(optimizer=sgd()))  # a float in a schedule
 
+    assert _key(_model(metrics=[_counting(1.0)])) == _key(_model(metrics=[_counting(1.0)]))
+    assert _key(_model(metrics=[_counting(2.0)])) != _key(_model(metrics=[_counting(1.0)]))  # its code
+
     own = _key(_model(loss=scaled_mse))  # a user loss function: its code and the globals it reads
     LOSS_SCALE = 2.0
     try:
         assert _key(_model(loss=scaled_mse)) != own
     finally:
         LOSS_SCALE = 1.0
+
+
+def _counting(weight: float):
+    """A user metric with its own variable; ``weight`` is a constant of its code."""
+    import keras
+
+    class Counting(keras.metrics.Metric):
+        def __init__(self, **kwargs):
+            super().__init__(name="counting", **kwargs)
+            self.seen = self.add_variable(shape=(), initializer="zeros", name="seen")
+
+        def update_state(self, y_true, y_pred, sample_weight=None):
+            self.seen.assign_add(keras.ops.cast(keras.ops.shape(y_true)[0], "float32"))
+
+        def result(self):
+            return self.seen
+
+    if weight != 1.0:
+        class Counting(Counting):  # noqa: F811 - the same name, other code
+            def result(self):
+                return self.seen * 2.0
+
+    return Counting()
 
 
 def _stepped(scale: float):

@@ -178,6 +178,11 @@ def walk_step(step: FitStep) -> Walk:
     metrics = _metrics(model)
     for index, metric in enumerate(metrics):
         known[id(metric)] = f"metric {index}"
+    for index, variable in enumerate(model.metrics_variables):  # a user metric's code reads its own
+        known.setdefault(id(variable), f"metric variable {index}")
+    if walks_optimizer:
+        for index, variable in enumerate(optimizer.variables):
+            known.setdefault(id(variable), f"optimizer variable {index}")
     kerasstep.walk_model(walk, model, known)  # the user's train_step / test_step is its class's code
     _compile_state(walk, model, known)
     for index, metric in enumerate(metrics):
