@@ -108,7 +108,6 @@ def after_hit(step: PredictStep) -> None:
 
 def walk_step(step: PredictStep) -> Walk:
     """The walk of a predict trace's model (see the module docstring); raises Uncacheable."""
-
     model = step.model
     check_model(model)
     walk = Walk()
@@ -261,7 +260,8 @@ def instance_reads(walk: Walk, layer: Any, owner: type, where: str, known: dict[
 
 
 def _self_reads(function: types.FunctionType, where: str) -> list[str]:
-    """Attribute names ``function`` reads off its first argument; refuses writes and ``self`` handed on."""
+    """Attribute names ``function`` reads off its first argument; refuses writes and ``self`` handed on (``self(x)``,
+    a train step calling its model, runs the class's own ``__call__`` and ``call``: walked, allowed)."""
     code = function.__code__
     if not code.co_argcount:
         return []
