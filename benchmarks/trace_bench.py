@@ -14,6 +14,12 @@ process, medians over ``--runs``:
 ``weights=None`` and a fixed seed, one 224x224 image, built before every timer): Keras' predict step served
 from the cache keyed by its model (graphcache/traces/kerasstep.py).
 
+``--fit NAME`` measures the first ``fit`` instead (``small_transformer``: token and position embeddings, a user
+layer, one attention block, a pooled classifier; ``lstm``: an embedding, an LSTM, a classifier; compiled with
+Adam and a metric, built before every timer): Keras' train step served from the cache keyed by its model and
+compile state (graphcache/traces/kerasfit.py). ``first`` is then the first train step (``fit`` until the
+first batch ends), ``epoch`` the first epoch (8 batches) and ``steady`` the second.
+
 Phases: ``first`` (the first ``deep(x)``: trace or restore, instantiation, the first run), ``key`` (the
 trace key: walk + parts, inside ``first``), ``read`` (the entry read, checked and decoded, inside ``first``),
 ``restore`` (rebuilding the ConcreteFunction on a hit, inside
@@ -23,6 +29,7 @@ import is outside every timer). Outputs are checked equal to plain TensorFlow's.
     python benchmarks/trace_bench.py                    # 3 runs of every variant
     python benchmarks/trace_bench.py --runs 1 --blocks 100 --json out.json
     python benchmarks/trace_bench.py --keras MobileNetV2  # or ResNet50, ...
+    python benchmarks/trace_bench.py --fit small_transformer  # or lstm
 """
 
 from __future__ import annotations
@@ -43,9 +50,12 @@ import common  # noqa: E402
 VARIANTS = ("plain", "cold", "warm", "cold_all", "warm_all")
 DEEP_BLOCKS = 570  # -> ~8,000 nodes
 PHASES = ("first", "key", "read", "restore", "steady", "enable")
+FIT_PHASES = ("first", "epoch", "key", "read", "restore", "steady", "enable")
+FIT_MODELS = ("small_transformer", "lstm")
+FIT_BATCHES, FIT_BATCH, FIT_LENGTH, FIT_VOCAB = 8, 16, 32, 1000
 
 
-def child_run(variant: str, directory: str, blocks: int, keras_model: str = "") -> dict[str, Any]:
+def child_run(variant: str, directory: str, blocks: int, keras_model: str = "", fit_model: str = "") -> dict[str, Any]:
     """(child) One fresh process: the first and a later call of the deep function (or the first and a later
     ``predict`` of ``keras_model``) under ``variant``."""
     tf = common.warm_up()
@@ -62,6 +72,8 @@ def child_run(variant: str, directory: str, blocks: int, keras_model: str = "") 
         _time_phases(timings)
     if keras_model:
         return _keras_run(keras_model, timings, cache)
+    if fit_model:
+        return _fit_run(fit_model, timings, cache)
     w = tf.Variable(np.linspace(-1.0, 1.0, 64, dtype=np.float32).reshape(8, 8))
 
     @tf.function
@@ -107,6 +119,70 @@ def _keras_run(name: str, timings: dict[str, Any], cache: Any) -> dict[str, Any]
     return {"out": float(np.asarray(out, np.float64).sum()), "timings": timings}
 
 
+def fit_model(name: str) -> Any:
+    """A compiled ``--fit`` model (FIT_MODELS), built; tests/test_traces_fit.py's slow sweep fits it too."""
+    import keras
+
+    class TokenAndPosition(keras.layers.Layer):  # user code in the model: walked by the key
+        def __init__(self, vocab: int, length: int, dim: int, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.tokens = keras.layers.Embedding(vocab, dim)
+            self.positions = keras.layers.Embedding(length, dim)
+
+        def call(self, x: Any) -> Any:
+            return self.tokens(x) + self.positions(keras.ops.arange(keras.ops.shape(x)[-1]))
+
+    inputs = keras.Input((FIT_LENGTH,), dtype="int32")
+    if name == "lstm":
+        h = keras.layers.LSTM(64)(keras.layers.Embedding(FIT_VOCAB, 32)(inputs))
+    else:
+        h = TokenAndPosition(FIT_VOCAB, FIT_LENGTH, 64)(inputs)
+        attended = keras.layers.MultiHeadAttention(num_heads=2, key_dim=32, dropout=0.1)(h, h)
+        h = keras.layers.LayerNormalization()(h + keras.layers.Dropout(0.1)(attended))
+        ff = keras.layers.Dense(64)(keras.layers.Dense(128, activation="relu")(h))
+        h = keras.layers.GlobalAveragePooling1D()(keras.layers.LayerNormalization()(h + ff))
+    model = keras.Model(inputs, keras.layers.Dense(2, activation="softmax")(h))
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def fit_data() -> tuple[Any, Any]:
+    """``--fit``'s data: FIT_BATCHES batches of token ids and binary labels."""
+    import numpy as np
+
+    count = FIT_BATCHES * FIT_BATCH
+    x = (np.arange(count * FIT_LENGTH, dtype=np.int64).reshape(count, FIT_LENGTH) * 7919 % FIT_VOCAB).astype("int32")
+    return x, (x[:, 0] % 2).astype("int32")
+
+
+def _fit_run(name: str, timings: dict[str, Any], cache: Any) -> dict[str, Any]:
+    import keras
+    import numpy as np
+
+    keras.utils.set_random_seed(0)
+    model = fit_model(name)
+    x, y = fit_data()
+    marks: dict[str, float] = {}
+
+    class Marks(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            marks.setdefault("first", time.perf_counter())
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            marks[f"epoch{epoch}"] = time.perf_counter()
+
+    start = time.perf_counter()
+    history = model.fit(x, y, batch_size=FIT_BATCH, epochs=2, shuffle=False, verbose=0, callbacks=[Marks()])
+    timings.update(first=marks["first"] - start, epoch=marks["epoch0"] - start,
+                   steady=marks["epoch1"] - marks["epoch0"])
+    if cache is not None:
+        cache.wait_for_writes()
+        stats = cache.stats()
+        timings.update(trace_hits=stats.traces["trace_hits"], function_hits=stats.functions["function_hits"])
+    weights = float(sum(np.asarray(w, np.float64).sum() for w in model.get_weights()))
+    return {"out": json.dumps([history.history, weights]), "timings": timings}
+
+
 def _time_phases(timings: dict[str, Any]) -> None:
     """Time the key, the entry's read and the restore inside the first call (wrapping what the hook calls)."""
     from graphcache.traces import hook, keying, stored
@@ -125,7 +201,7 @@ def _time_phases(timings: dict[str, Any]) -> None:
         setattr(module, name, timed)
 
 
-def run(runs: int, blocks: int, log: Any = print, keras_model: str = "") -> dict[str, Any]:
+def run(runs: int, blocks: int, log: Any = print, keras_model: str = "", fit_model: str = "") -> dict[str, Any]:
     results: dict[str, list[dict[str, Any]]] = {variant: [] for variant in VARIANTS}
     for index in range(runs):
         dirs = {kind: tempfile.mkdtemp(prefix=f"trace-bench-{kind}-") for kind in ("traces", "all")}
@@ -133,7 +209,7 @@ def run(runs: int, blocks: int, log: Any = print, keras_model: str = "") -> dict
             for variant in VARIANTS:
                 directory = dirs["all" if variant.endswith("_all") else "traces"]
                 result = common.run_function("trace_bench", "child_run", variant=variant, directory=directory,
-                                             blocks=blocks, keras_model=keras_model)
+                                             blocks=blocks, keras_model=keras_model, fit_model=fit_model)
                 results[variant].append(result)
                 log(f"run {index + 1}/{runs} {variant:9s} first {result['timings']['first']:.3f}s")
         finally:
@@ -142,16 +218,20 @@ def run(runs: int, blocks: int, log: Any = print, keras_model: str = "") -> dict
     outputs = {result["out"] for rows in results.values() for result in rows}
     assert len(outputs) == 1, f"outputs differ between variants: {outputs}"
     summary = {variant: common.medians([row["timings"] for row in rows]) for variant, rows in results.items()}
-    return {"blocks": blocks, "keras": keras_model, "runs": runs, "medians": summary,
+    return {"blocks": blocks, "keras": keras_model, "fit": fit_model, "runs": runs, "medians": summary,
             "machine": common.machine_info()}
 
 
 def table(result: dict[str, Any]) -> str:
-    rows = [["variant", *PHASES, "vs plain"]]
+    phases = FIT_PHASES if result.get("fit") else PHASES
+    rows = [["variant", *phases, "vs plain"]]
     plain = result["medians"]["plain"].get("first")
     for variant, figures in result["medians"].items():
-        rows.append([variant, *(common.fmt_seconds(figures.get(phase)) for phase in PHASES),
+        rows.append([variant, *(common.fmt_seconds(figures.get(phase)) for phase in phases),
                      common.fmt_ratio(common.ratio(figures.get("first"), plain))])
+    if result.get("fit"):
+        return f"Keras {result['fit']} first fit step, medians of {result['runs']} fresh processes\n" + \
+            common.text_table(rows)
     nodes = int(result["medians"]["plain"].get("nodes", 0))
     what = f"Keras {result['keras']} first predict" if result.get("keras") else "deep function"
     return f"{what}, {nodes} nodes, medians of {result['runs']} fresh processes\n" + common.text_table(rows)
@@ -162,9 +242,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--blocks", type=int, default=DEEP_BLOCKS)
     parser.add_argument("--keras", default="", help="a keras.applications model: time its first predict instead")
+    parser.add_argument("--fit", default="", choices=("", *FIT_MODELS), help="time a Keras model's first fit instead")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    result = run(args.runs, args.blocks, keras_model=args.keras)
+    result = run(args.runs, args.blocks, keras_model=args.keras, fit_model=args.fit)
     print(table(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

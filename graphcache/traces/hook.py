@@ -13,8 +13,8 @@ A trace (only a top-level one, in eager mode: traces nested inside another trace
 
 1. finds the user's function: the target of the two decorators tf.function puts around it (its
    variable-creator scope and autograph). A method (tf.function's bound-method wrapper), a partial, a
-   callable object or library code (tf.data's own functions, Keras' other step functions) is not cached; Keras'
-   predict step is keyed by its model (kerasstep.py);
+   callable object or library code (tf.data's own functions) is not cached; Keras' predict step is keyed by its
+   model (kerasstep.py), its train and test steps by the model and its compile state, built first (kerasfit.py);
 2. computes the key (keying.py, walk.py) or refuses (``Uncacheable``: counted ``trace_uncacheable`` and
    by reason, logged at INFO) and traces as TensorFlow does;
 3. hit: the stored trace is registered in the eager context and bound to this process's variables
@@ -51,7 +51,7 @@ from ..core.service import EntryService
 from ..entry import codec, kinds
 from ..entry.keyparts import hash_json
 from ..errors import CacheIOError, CorruptEntryError
-from . import kerasstep, keying, stored
+from . import kerasfit, kerasstep, keying, stored
 from .walk import Uncacheable, is_library
 
 log = logging.getLogger("graphcache")
@@ -61,12 +61,14 @@ KIND = kinds.TF_TRACE
 SCOPE_DECORATOR = "_generate_scoped_tracing_options"  # tf.function's variable-creator scope around the function
 AUTOGRAPH_DECORATOR = "py_func_from_autograph"
 TRACED_SCOPES = (tracing_compilation.ScopeType.VARIABLE_CREATION, tracing_compilation.ScopeType.NO_VARIABLE_CREATION)
+KerasStep = kerasstep.PredictStep | kerasfit.FitStep
+KERAS_STEPS = (kerasstep.PredictStep, kerasfit.FitStep)  # never differentiated: custom gradients are harmless
 
 
-def user_function(tracing_options: Any) -> types.FunctionType | kerasstep.PredictStep | None:
-    """The user's Python function a tf.function traces, or Keras' predict step (kerasstep.py); None for traces
-    that are not a tf.function's (TensorFlow's own: variable initializers, control flow, ...). Raises
-    Uncacheable for functions this slice leaves alone."""
+def user_function(tracing_options: Any) -> types.FunctionType | KerasStep | None:
+    """The user's Python function a tf.function traces, or Keras' predict, train or test step (kerasstep.py,
+    kerasfit.py); None for traces that are not a tf.function's (TensorFlow's own: variable initializers, control
+    flow, ...). Raises Uncacheable for functions this slice leaves alone."""
     if tracing_options.scope_type not in TRACED_SCOPES:
         return None
     decorators, target = tf_decorator.unwrap(tracing_options.python_function)
@@ -77,7 +79,7 @@ def user_function(tracing_options: Any) -> types.FunctionType | kerasstep.Predic
         raise Uncacheable("method", f"it is wrapped by {', '.join(names[1:])} (a method: its object is not keyed)")
     if not isinstance(target, types.FunctionType):
         raise Uncacheable("not_a_function", f"it traces a {type(target).__name__}, not a Python function")
-    step = kerasstep.predict_step(target)
+    step: KerasStep | None = kerasstep.predict_step(target) or kerasfit.fit_step(target)
     if step is not None:
         return step
     if is_library(getattr(target, "__module__", None) or ""):
@@ -121,8 +123,10 @@ class TraceCache:
             root = user_function(tracing_options)
             if root is None:
                 return trace()
-            if isinstance(root, kerasstep.PredictStep):  # every model's step has the same name: ls tells them apart
+            if isinstance(root, KERAS_STEPS):  # every model's step has the same name: ls tells them apart
                 name = f"{name} ({root.model.name})"
+            if isinstance(root, kerasfit.FitStep):  # its variables must exist before the key binds them
+                kerasfit.build_state(root, function_type)
             function_context_now = keying.check_context(tracing_options.scope_type)
             key = keying.compute(root, function_type, tracing_options, function_context_now, self.identity_hash())
             found = self._lookup(key)
@@ -146,6 +150,8 @@ class TraceCache:
                     return stale
                 if isinstance(root, kerasstep.PredictStep):
                     kerasstep.after_hit(root)
+                elif isinstance(root, kerasfit.FitStep):
+                    kerasfit.after_hit(root)
                 self.cache.count_lookup(KIND, hits=1, saved_seconds=max(0.0, found[0].compile_seconds - seconds))
                 log.info("graphcache trace hit %s key=%s %.3fs", name, key.key, seconds)
                 return concrete
@@ -227,7 +233,7 @@ class TraceCache:
             if not keying.same_reads(key.walk, root):
                 raise Uncacheable("side_effect", "its trace changed a value it reads (appended to a list, ...)")
             described = stored.describe(concrete, key.walk.bindings)
-            described.forward_only = isinstance(root, kerasstep.PredictStep)
+            described.forward_only = isinstance(root, KERAS_STEPS)
         except Uncacheable as exc:
             self._uncacheable(name, exc)
             return concrete

@@ -108,37 +108,59 @@ def after_hit(step: PredictStep) -> None:
 
 def walk_step(step: PredictStep) -> Walk:
     """The walk of a predict trace's model (see the module docstring); raises Uncacheable."""
-    import keras
-
     model = step.model
-    _check_model(model)
+    check_model(model)
     walk = Walk()
     walk.packages.update({"keras", "tensorflow"})
-    switches = [getattr(keras.config, name)() for name in KERAS_SWITCHES if hasattr(keras.config, name)]
-    walk.value(("keras predict step", step.function.__qualname__, keras.config.floatx(), keras.config.epsilon(),
-                keras.config.image_data_format(), keras.config.dtype_policy().name, keras.config.backend(),
-                switches, bool(model.jit_compile), int(model.steps_per_execution)), "settings")
-    variables = list(model.variables)
-    known: dict[int, str] = {}
-    for index, variable in enumerate(variables):
-        known[id(variable)] = f"variable {index}"
-    layers = model._flatten_layers(include_self=True, recursive=True)
-    for index, layer in enumerate(layers):
-        known[id(layer)] = f"layer {index}"
-    covered = _in_configs(layers)
-    for index, layer in enumerate(layers):
-        _layer(walk, layer, index, known, id(layer) in covered)
-    for index, variable in enumerate(variables):
-        value = getattr(variable, "_value", None)
-        if not isinstance(value, resource_variable_ops.BaseResourceVariable):
-            raise Uncacheable(REASON, f"the model's variable {variable.path} is a {type(value).__name__}, not a "
-                                      "resource variable (uninitialized, or another backend's)")
-        walk.value(("variable", index, variable.path, bool(variable.trainable)), f"keras:{index}")
-        walk.value(value, f"keras:{index}:{variable.path}")  # dtype, shape, device: a binding of the walk
+    walk.value(("keras predict step", step.function.__qualname__, *keras_settings(model)), "settings")
+    walk_model(walk, model, model_objects(model))
     return walk
 
 
-def _check_model(model: Any) -> None:
+def keras_settings(model: Any) -> list[Any]:
+    """Keras' global settings a step's trace reads, and the model's compile switches."""
+    import keras
+
+    switches = [getattr(keras.config, name)() for name in KERAS_SWITCHES if hasattr(keras.config, name)]
+    return [keras.config.floatx(), keras.config.epsilon(), keras.config.image_data_format(),
+            keras.config.dtype_policy().name, keras.config.backend(), switches, bool(model.jit_compile),
+            int(model.steps_per_execution)]
+
+
+def model_objects(model: Any) -> dict[int, str]:
+    """The model's variables and layers by id, labelled as the walk keys them (``_state``'s ``known``)."""
+    known: dict[int, str] = {}
+    for index, variable in enumerate(model.variables):
+        known[id(variable)] = f"variable {index}"
+    for index, layer in enumerate(model._flatten_layers(include_self=True, recursive=True)):
+        known[id(layer)] = f"layer {index}"
+    return known
+
+
+def walk_model(walk: Walk, model: Any, known: dict[int, str]) -> None:
+    """Every layer and variable of ``model`` into ``walk`` (see the module docstring); ``known`` labels the
+    objects a user class may read off ``self`` (model_objects(), and a train step's optimizer and metrics)."""
+    layers = model._flatten_layers(include_self=True, recursive=True)
+    covered = _in_configs(layers)
+    for index, layer in enumerate(layers):
+        _layer(walk, layer, index, known, id(layer) in covered)
+    bind_variables(walk, model.variables, "keras", "the model")
+
+
+def bind_variables(walk: Walk, variables: list[Any], prefix: str, whose: str) -> None:
+    """Keras variables by index, path, shape, dtype and trainable; their tf.Variables are the walk's bindings
+    (``<prefix>:<index>:<path>``): a hit binds this process's by path, each checked by dtype and shape."""
+    for index, variable in enumerate(variables):
+        value = getattr(variable, "_value", None)
+        if not isinstance(value, resource_variable_ops.BaseResourceVariable):
+            raise Uncacheable(REASON, f"{whose}'s variable {variable.path} is a {type(value).__name__}, not a "
+                                      "resource variable (uninitialized, or another backend's)")
+        walk.value(("variable", index, variable.path, bool(variable.trainable)), f"{prefix}:{index}")
+        walk.value(value, f"{prefix}:{index}:{variable.path}")  # dtype, shape, device: a binding of the walk
+
+
+def check_model(model: Any) -> None:
+    """Refuses models whose steps the key cannot cover (eager, several steps per execution, distributed)."""
     import keras
     import tensorflow as tf
 
@@ -181,19 +203,19 @@ def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], covered: b
     except Exception as exc:  # NotImplementedError for subclassed layers without a config, and any other
         raise Uncacheable(REASON, f"{where}: get_config() fails ({type(exc).__name__}: {exc})") from None
     try:
-        walk.value(("layer", index, layer.name, layer.dtype_policy.name, _config_text(configs),
+        walk.value(("layer", index, layer.name, layer.dtype_policy.name, config_text(configs),
                     [getattr(layer, flag, None) for flag in LAYER_FLAGS], index == 0 or bool(layer._called)), path)
     except Uncacheable as exc:
         raise Uncacheable(REASON, f"{where}: its config is not plain ({exc.detail})") from None
-    _held(walk, layer, path, where, known)
+    held(walk, layer, path, where, known)
     if isinstance(layer, keras.layers.Lambda):
         walk.value(layer.function, f"{path}/function")
     for owner in cls.__mro__:
         if not is_library(owner.__module__):
-            _instance_reads(walk, layer, owner, where, known)
+            instance_reads(walk, layer, owner, where, known)
 
 
-def _held(walk: Walk, layer: Any, path: str, where: str, known: dict[int, str]) -> None:
+def held(walk: Walk, layer: Any, path: str, where: str, known: dict[int, str]) -> None:
     """What any layer holds that its config names only, or not at all: eager tensors it made at build
     (Normalization's mean), by value; functions (an ``activation`` of user code is in the config by name
     only: walked as user code; Keras' own named), also in lists, tuples and dicts; partials and bound methods
@@ -219,7 +241,7 @@ def _method_wrapper(item: Any, layer: Any) -> bool:
     return isinstance(wrapped, types.MethodType) and wrapped.__self__ is layer
 
 
-def _instance_reads(walk: Walk, layer: Any, owner: type, where: str, known: dict[int, str]) -> None:
+def instance_reads(walk: Walk, layer: Any, owner: type, where: str, known: dict[int, str]) -> None:
     """Each ``self.<name>`` the methods of ``owner`` (a user class) read, keyed (see the module docstring)."""
     names: dict[str, None] = {}
     for name, attr in vars(owner).items():
@@ -238,7 +260,8 @@ def _instance_reads(walk: Walk, layer: Any, owner: type, where: str, known: dict
 
 
 def _self_reads(function: types.FunctionType, where: str) -> list[str]:
-    """Attribute names ``function`` reads off its first argument; refuses writes and ``self`` handed on."""
+    """Attribute names ``function`` reads off its first argument; refuses writes and ``self`` handed on (``self(x)``,
+    a train step calling its model, runs the class's own ``__call__`` and ``call``: walked, allowed)."""
     code = function.__code__
     if not code.co_argcount:
         return []
@@ -252,11 +275,20 @@ def _self_reads(function: types.FunctionType, where: str) -> list[str]:
                 continue
             if after is not None and after.opname in ATTRIBUTE_READS:
                 reads.append(str(after.argval))
+            elif _called_here(instructions, ins, after):  # self(x): the model's own __call__ and call, walked
+                continue
             elif after is not None and after.opname in ATTRIBUTE_WRITES:
                 raise Uncacheable("writes_state", f"{where} assigns self.{after.argval} (it may run in the trace)")
             elif ins.opname != "LOAD_CLOSURE":
                 raise Uncacheable(REASON, f"{where} hands self to other code (what that reads is not followed)")
     return reads
+
+
+def _called_here(instructions: list[dis.Instruction], ins: dis.Instruction, after: dis.Instruction | None) -> bool:
+    """Whether ``ins`` loads the callee of a call (``self(x)`` in a train step): a NULL is pushed next to a callee
+    (before it up to Python 3.12, after it from 3.13)."""
+    before = instructions[instructions.index(ins) - 1] if instructions.index(ins) else None
+    return (before is not None and before.opname == "PUSH_NULL") or (after is not None and after.opname == "PUSH_NULL")
 
 
 def _state(walk: Walk, value: Any, where: str, known: dict[int, str], depth: int) -> None:
@@ -294,7 +326,7 @@ def _state(walk: Walk, value: Any, where: str, known: dict[int, str], depth: int
             raise Uncacheable(REASON, f"{where}: {exc.detail}") from None
 
 
-def _config_text(value: Any) -> Any:
+def config_text(value: Any) -> Any:
     """A config as exact text when it is made of plain JSON-like values only (``repr`` tells tuple from list,
     int from float, and keeps dict order; Keras' and TensorFlow's tracked lists and dicts as the list and dict
     they stand for), else the config itself (walk.py keys it, or refuses what is not plain)."""
@@ -335,4 +367,5 @@ def _plain_or_tracked(kind: type) -> bool:
     return kind in (list, tuple, dict) or is_library(kind.__module__)
 
 
-__all__ = ["PredictStep", "after_hit", "predict_step", "walk_step"]
+__all__ = ["PredictStep", "after_hit", "bind_variables", "check_model", "config_text", "held", "instance_reads",
+           "keras_settings", "model_objects", "predict_step", "walk_model", "walk_step"]

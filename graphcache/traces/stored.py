@@ -21,9 +21,10 @@ of nested calls restored) bound the same way.
 
 What a stored trace cannot carry is refused when the trace is described (``Uncacheable``): captures the
 walk did not reach (the key would not cover them), call-time (by-reference) captures, outputs that are
-neither tensors nor None, ops that call back into this process's Python (py_function) or share a
-resource by name, and custom gradients (registered in the tracing process only; allowed in a trace that is
-never differentiated, Keras' predict step: a restored one has the same forward ops).
+neither tensors, None nor a ``tf.experimental.Optional`` (what Keras' train and test steps return), ops that
+call back into this process's Python (py_function) or share a resource by name, and custom gradients
+(registered in the tracing process only; allowed in a trace that is never differentiated from outside,
+Keras' steps: a restored one has the same ops, its gradients computed inside already).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from tensorflow.core.function import trace_type
 from tensorflow.core.function.capture import restore_captures
 from tensorflow.core.function.polymorphism import function_type as function_type_lib
 from tensorflow.core.protobuf import saved_object_graph_pb2, struct_pb2
+from tensorflow.python.data.ops import optional_ops
 from tensorflow.python.eager import context
 from tensorflow.python.eager.polymorphic_function import concrete_function as concrete_function_lib
 from tensorflow.python.framework import dtypes, op_def_registry, ops
@@ -69,7 +71,7 @@ class Described:
     outputs: bytes
     arg_keywords: list[str]
     positional: int
-    forward_only: bool = False  # never differentiated (Keras' predict step): custom gradients are harmless
+    forward_only: bool = False  # never differentiated from outside (Keras' steps): custom gradients are harmless
 
 
 @dataclass
@@ -127,7 +129,10 @@ def _output_spec(value: Any) -> Any:
         return None
     if isinstance(value, tensor_lib.Tensor):
         return tensor_lib.TensorSpec(value.shape, value.dtype)
-    raise Uncacheable("structure", f"it returns a {type(value).__name__} (tensors and None are cached)")
+    if isinstance(value, optional_ops.Optional):  # Keras' train and test steps return one
+        return value._type_spec
+    raise Uncacheable("structure", f"it returns a {type(value).__name__} (tensors, tf.experimental.Optional and "
+                                   "None are cached)")
 
 
 def describe(concrete: Any, bindings: dict[str, Any]) -> Described:
@@ -249,8 +254,13 @@ def restore_graph(trace: StoredTrace, captures: list[Any], function_type: Any, t
     restore_captures.restore_captures(concrete, captures)
     graph = concrete.graph
     outputs = iter(graph.outputs)
-    graph.structured_outputs = nest.map_structure(lambda spec: None if spec is None else next(outputs),
-                                                  _decoded(trace.outputs))
+
+    def rebuilt(spec: Any) -> Any:  # an output of _output_spec's kinds, from its components among graph.outputs
+        if spec is None or isinstance(spec, tensor_lib.TensorSpec):
+            return None if spec is None else next(outputs)
+        return spec._from_compatible_tensor_list([next(outputs) for _ in spec._flat_tensor_specs])
+
+    graph.structured_outputs = nest.map_structure(rebuilt, _decoded(trace.outputs))
     output_type = trace_type.from_value(graph.structured_outputs, type_context)
     concrete._function_type = function_type_lib.FunctionType(  # the type TensorFlow's trace would have
         function_type.parameters.values(), graph.function_captures.capture_types, return_annotation=output_type)
