@@ -297,7 +297,9 @@ def test_keras_predict_fit_and_a_loaded_saved_model_hit_in_a_second_process(cach
     cold = run_python(KERAS_CHILD.format(functions=True, cache_dir=str(cache_dir), exported=exported))
     warm = run_python(KERAS_CHILD.format(functions=True, cache_dir=str(cache_dir), exported=exported))
     compiled = cold["functions"]["function_compiles"]
-    assert compiled >= 4 and cold["functions"]["function_hits"] == 0  # predict, fit's step, init, the SavedModel
+    # predict, fit's step, the SavedModel (install() caches traces too: Keras' training state is built before
+    # fit's first trace, so the optimizer's initializer function plain Keras traces inside it never runs)
+    assert compiled >= 3 and cold["functions"]["function_hits"] == 0
     assert warm["functions"] == {"function_hits": compiled, "function_compiles": compiled}  # all hit, none new
     for field in ("predict", "loss", "after_fit", "saved_model"):
         np.testing.assert_allclose(warm[field], plain[field], rtol=1e-6, atol=1e-7, err_msg=field)

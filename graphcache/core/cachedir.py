@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from ..store.local import LocalStore
 from .failures import warn_once
 from .index.database import INDEX_ERRORS, INDEX_FILE, CacheIndex, IndexCorruptError, IndexRow
-from .index.rebuild import FAILED, NOT_WRITABLE, Rebuild, memory_index, rebuild_index
+from .index.rebuild import FAILED, NOT_WRITABLE, Rebuild, memory_index, rebuild_index, remove_stale_builds
 from .index.rebuild import row_from_header as row_from_header
 from .index.schema import META_CHECKED
 from .settings import resolve_cache_dir as resolve_cache_dir
@@ -225,6 +225,9 @@ class CacheDir:
         index = self.index
         if index is None or index.memory or self.read_only or not index.claim(META_CHECKED, every, now):
             return None
+        # Temp files of writers and rebuilds that died: a scan of every shard, so with this check, not every open.
+        self.store.remove_stray_temp_files()
+        remove_stale_builds(self.root)
         if index.created_now:  # made by this open from the entry files (index_files): in step with them
             return None
         problems = index.check(full=True)

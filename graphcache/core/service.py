@@ -53,7 +53,6 @@ from .cachedir import (
 )
 from .failures import STORAGE_ERRORS, fail_open, warn_once
 from .index.database import CacheIndex, IndexBusyError, IndexCorruptError, IndexRow
-from .index.rebuild import remove_stale_builds
 from .plugins import Hooks
 from .settings import CacheSettings
 from .versioning import PurgeResult, purge_stale_versions
@@ -68,6 +67,9 @@ if TYPE_CHECKING:  # loaded where used: a remote only where one is configured, m
 
 log = logging.getLogger("graphcache")
 
+# An open records its version only when the manifest's last open of it is older (versions are purged after
+# stale_after, a day by default: an hour's precision costs nothing, and every other open is a read).
+VERSION_TOUCH = 3600.0
 INDEX_WAIT = 10.0  # seconds a step waits for the index's write lock (bounded by lock_timeout), then goes on
 # What a process without an index does: the truth for every "index failed" warning.
 WITHOUT_INDEX = ("serving hits from the entry files and storing new ones, without the index (no LRU order, "
@@ -152,8 +154,8 @@ class EntryService:
     def _open(self) -> None:
         """Open the index (rebuilding it when unreadable, core/cachedir.py) and do the housekeeping a
         writable cache does once per process: tag the dir, index the entry files when the index is new,
-        record this version, purge stale versions, remove temp files of dead writers, check the index
-        against the files when that is due (CacheDir.converge), evict by age."""
+        record this version (hourly), purge stale versions, check the index against the files and remove
+        temp files of dead writers when that is due (CacheDir.converge, hourly), evict by age."""
         try:
             self.dir = self._management_dir()
         except STORAGE_ERRORS as exc:
@@ -166,11 +168,9 @@ class EntryService:
             tag_cache_dir(self.cache_dir)
             if self.index.created_now:
                 self.dir.index_files()
-            self.index.record_version(self.version, self.version_info)
+            self.index.record_version(self.version, self.version_info, unless_within=VERSION_TOUCH)
             if self.on_version_change == "purge":
                 self.last_purge = purge_stale_versions(self.index, self.dir.store, self.version, self.stale_after)
-            self.dir.store.remove_stray_temp_files()
-            remove_stale_builds(self.cache_dir)
             self.dir.converge()
             if self.max_age is not None:
                 self.dir.evict(max_age=self.max_age)

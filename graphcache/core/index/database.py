@@ -438,9 +438,17 @@ class CacheIndex:
         self._run(lambda conn: conn.execute("DELETE FROM counters"), write=True)
 
     # -- versions manifest ---------------------------------------------------------------------------------
-    def record_version(self, version: str, description: dict[str, Any], when: float | None = None) -> None:
+    def record_version(self, version: str, description: dict[str, Any], when: float | None = None, *,
+                       unless_within: float = 0.0) -> None:
+        """Record ``version`` as opened at ``when`` (now). ``unless_within``: leave a row with the same description
+        opened less than that many seconds ago as it is (a read, no write lock: every process's open calls this)."""
         stamp = when or time.time()
         text = json.dumps(description, sort_keys=True)
+        if unless_within > 0:
+            row = self._run(lambda conn: conn.execute("SELECT description, last_open FROM versions WHERE version=?",
+                                                      (version,)).fetchone(), write=False)
+            if row is not None and row[0] == text and _number(row[1]) and 0 <= stamp - float(row[1]) < unless_within:
+                return
         self._run(lambda conn: conn.execute(
             "INSERT INTO versions (version, description, last_open) VALUES (?, ?, ?) "
             "ON CONFLICT(version) DO UPDATE SET description=excluded.description, "
@@ -469,6 +477,9 @@ class CacheIndex:
         """Set meta ``name`` to ``now`` when it is unset or older than ``every`` seconds: True when this call
         did, so one process per interval runs a periodic check."""
         stamp = time.time() if now is None else now
+        last = self.meta(name)  # not due: answered by a read, without the write lock every open would queue on
+        if last is not None and 0 <= stamp - last < every:
+            return False
 
         def claim(conn: sqlite3.Connection) -> bool:
             last = self._read_meta(conn, name)
