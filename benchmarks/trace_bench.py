@@ -2,7 +2,8 @@
 
 Workload: ``deep8k``, the tf.function of functions_bench.py (a deep stack of slices, concats and arithmetic on
 an 8x8 tensor, ~8,000 nodes) plus a matmul with a captured tf.Variable. Each variant of each run in a FRESH
-process, medians over ``--runs``:
+process, medians over ``--runs``. The default run times three workloads one after another: the deep
+function, ``--keras ResNet50`` and ``--fit small_transformer`` (the issue's three figures):
 
 - ``plain``: TensorFlow alone;
 - ``cold`` / ``warm``: ``GraphCache(dir, traces=True)``, an empty dir, then the same dir in a new process
@@ -26,7 +27,7 @@ trace key: walk + parts, inside ``first``), ``read`` (the entry read, checked an
 ``first``), ``steady`` (a later call), ``enable`` (``import graphcache`` + opening the GraphCache; TensorFlow's
 import is outside every timer). Outputs are checked equal to plain TensorFlow's.
 
-    python benchmarks/trace_bench.py                    # 3 runs of every variant
+    python benchmarks/trace_bench.py                    # the default run: deep, --keras ResNet50, --fit small_transformer
     python benchmarks/trace_bench.py --runs 1 --blocks 100 --json out.json
     python benchmarks/trace_bench.py --keras MobileNetV2  # or ResNet50, ...
     python benchmarks/trace_bench.py --fit small_transformer  # or lstm
@@ -53,6 +54,9 @@ PHASES = ("first", "key", "read", "restore", "steady", "enable")
 FIT_PHASES = ("first", "epoch", "key", "read", "restore", "steady", "enable")
 FIT_MODELS = ("small_transformer", "lstm")
 FIT_BATCHES, FIT_BATCH, FIT_LENGTH, FIT_VOCAB = 8, 16, 32, 1000
+# The default run: the deep function, Keras ResNet50's first predict, the small transformer's first fit step
+# ((keras_model, fit_model) each; "" for neither: the deep function).
+DEFAULT_WORKLOADS = (("", ""), ("ResNet50", ""), ("", "small_transformer"))
 
 
 def child_run(variant: str, directory: str, blocks: int, keras_model: str = "", fit_model: str = "") -> dict[str, Any]:
@@ -245,8 +249,13 @@ def main() -> None:
     parser.add_argument("--fit", default="", choices=("", *FIT_MODELS), help="time a Keras model's first fit instead")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    result = run(args.runs, args.blocks, keras_model=args.keras, fit_model=args.fit)
-    print(table(result))
+    if args.keras or args.fit:
+        result = run(args.runs, args.blocks, keras_model=args.keras, fit_model=args.fit)
+        print(table(result))
+    else:  # the default run: the issue's three workloads, each in its own fresh processes
+        results = [run(args.runs, args.blocks, keras_model=keras, fit_model=fit) for keras, fit in DEFAULT_WORKLOADS]
+        print("\n\n".join(table(one) for one in results))
+        result = {"workloads": results}
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
 
