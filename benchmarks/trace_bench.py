@@ -241,6 +241,10 @@ def table(result: dict[str, Any]) -> str:
     return f"{what}, {nodes} nodes, medians of {result['runs']} fresh processes\n" + common.text_table(rows)
 
 
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)  # stdout is the tables (run_all quotes it)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -250,10 +254,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.keras or args.fit:
-        result = run(args.runs, args.blocks, keras_model=args.keras, fit_model=args.fit)
+        result = run(args.runs, args.blocks, log=progress, keras_model=args.keras, fit_model=args.fit)
         print(table(result))
     else:  # the default run: the three workloads, each in its own fresh processes
-        results = [run(args.runs, args.blocks, keras_model=keras, fit_model=fit) for keras, fit in DEFAULT_WORKLOADS]
+        results = [run(args.runs, args.blocks, log=progress, keras_model=keras, fit_model=fit)
+                   for keras, fit in DEFAULT_WORKLOADS]
         print("\n\n".join(table(one) for one in results))
         result = {"workloads": results}
     if args.json:
