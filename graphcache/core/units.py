@@ -19,14 +19,15 @@ _SIZE_UNITS = {
     "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
 }
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*$", re.IGNORECASE)
+# Compiled (re's cache) at the first parse, not at import: every process imports this, few parse a size.
+_SIZE_PATTERN = r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*$"
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$", re.IGNORECASE)
+_DURATION_PATTERN = r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$"
 
 
 def parse_size(text: str) -> int:
     """Bytes from ``"4096"``, ``"10MB"`` (10**7), ``"1.5GiB"`` (1.5 * 2**30), ``"512 kB"``..."""
-    match = _SIZE_RE.match(str(text))
+    match = re.match(_SIZE_PATTERN, str(text), re.IGNORECASE)
     unit = match.group(2).lower() if match else ""
     if not match or unit not in _SIZE_UNITS:
         raise UnitError(f"not a size: {text!r} (use bytes or a unit: 500kB, 10MB, 1.5GiB)")
@@ -55,7 +56,7 @@ def parse_duration(value: str | float | int | timedelta) -> float:
         if value < 0:
             raise UnitError(f"a duration cannot be negative: {value!r}")
         return float(value)
-    match = _DURATION_RE.match(str(value))
+    match = re.match(_DURATION_PATTERN, str(value), re.IGNORECASE)
     if not match:
         raise UnitError(f"not a duration: {value!r} (use seconds or a unit: 90s, 30m, 12h, 7d, 2w)")
     return float(match.group(1)) * _DURATION_UNITS[(match.group(2) or "s").lower()]

@@ -65,6 +65,7 @@ ATTRIBUTE_READS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
 ATTRIBUTE_WRITES = frozenset({"STORE_ATTR", "DELETE_ATTR"})
 KERAS_SWITCHES = ("is_flash_attention_enabled", "is_nnx_enabled")  # keras.config switches layers read at call time
 CONFIG_SCALARS = (type(None), bool, int, float, str)  # what a config is made of, besides lists and dicts
+PLAIN_HELD = (type(None), bool, int, float, str)  # attribute values held() has nothing to key in
 LAYER_FLAGS = ("built", "trainable", "autocast", "supports_masking", "_call_has_training_arg", "_call_has_mask_arg")
 
 
@@ -221,13 +222,15 @@ def held(walk: Walk, layer: Any, path: str, where: str, known: dict[int, str]) -
     only: walked as user code; Keras' own named), also in lists, tuples and dicts; partials and bound methods
     of them."""
     for name, value in vars(layer).items():
-        items = list(value.values()) if isinstance(value, dict) else list(value) \
-            if isinstance(value, (list, tuple)) else [value]
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else (value,)
         for index, item in enumerate(items):
-            at = f"{path}.{name}" if item is value else f"{path}.{name}[{index}]"
-            if _method_wrapper(item, layer):  # Keras' per-instance build and quantize: the class's method is walked
+            if isinstance(item, PLAIN_HELD):  # most of a layer's ~70 attributes: nothing to key here (a hot loop)
                 continue
-            if isinstance(item, (ops.EagerTensor, types.FunctionType)):
+            at = f"{path}.{name}" if item is value else f"{path}.{name}[{index}]"
+            if isinstance(item, types.FunctionType):
+                if not _method_wrapper(item, layer):  # Keras' per-instance build and quantize: the class's is walked
+                    walk.value(item, at)
+            elif isinstance(item, ops.EagerTensor):
                 walk.value(item, at)
             elif isinstance(item, types.MethodType) and id(item.__self__) in known:
                 walk.value(item.__func__, at)
@@ -236,8 +239,8 @@ def held(walk: Walk, layer: Any, path: str, where: str, known: dict[int, str]) -
                                           "keyed)")
 
 
-def _method_wrapper(item: Any, layer: Any) -> bool:
-    wrapped = getattr(item, "__wrapped__", None) if isinstance(item, types.FunctionType) else None
+def _method_wrapper(item: types.FunctionType, layer: Any) -> bool:
+    wrapped = getattr(item, "__wrapped__", None)
     return isinstance(wrapped, types.MethodType) and wrapped.__self__ is layer
 
 
