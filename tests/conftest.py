@@ -11,7 +11,15 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
+# The longest files (minutes of child processes each), scheduled first: `make test` hands whole files to two
+# xdist workers in collection order, and a long file taken last leaves one worker alone at the end.
+LONGEST_FILES = ("test_traces.py", "test_docs.py", "test_adoption.py", "test_functions.py", "test_traces_keras.py",
+                 "test_traces_fit.py", "test_session.py", "test_redis.py", "test_xla.py", "test_fleet.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {name: index for index, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's order is kept
     if os.environ.get("GRAPHCACHE_SLOW_TESTS") == "1" or "slow" in (config.getoption("-m") or ""):
         return
     skip = pytest.mark.skip(reason="slow: set GRAPHCACHE_SLOW_TESTS=1 (make test-all) to run")
