@@ -90,3 +90,22 @@ def big_graph_def():
     scope: dict = {}
     exec(BIG_GRAPH, scope)  # noqa: S102 - our own test model
     return scope["build_big_graph"]()
+
+
+def trace_child_preamble(cache_dir: Path | None) -> str:
+    """The start of a trace test's child script (after its imports of json, logging and warnings): graphcache's
+    log records in ``messages`` and its warnings in ``seen_warnings``, and with a ``cache_dir`` a
+    ``cache = GraphCache(cache_dir, traces=True)``."""
+    text = (
+        "messages = []\n"
+        "handler = logging.Handler()\n"
+        "handler.emit = lambda record: messages.append((record.levelname, record.getMessage()))\n"
+        "logging.getLogger('graphcache').addHandler(handler)\n"
+        "logging.getLogger('graphcache').setLevel(logging.INFO)\n"
+        "caught = warnings.catch_warnings(record=True)\n"
+        "seen_warnings = caught.__enter__()\n"
+        "warnings.simplefilter('always')\n"
+    )
+    if cache_dir is not None:
+        text += f"import graphcache\ncache = graphcache.GraphCache({str(cache_dir)!r}, traces=True)\n"
+    return text

@@ -21,7 +21,7 @@ import pytest
 from graphcache import GraphCache
 from graphcache.store import LocalStore
 
-from .helpers import ROOT, run_python
+from .helpers import ROOT, run_python, trace_child_preamble
 
 KIND = "tf_trace"
 BASE = {"scale": 0.5, "closure": 1.5, "helper": "y * 0.25 + 0.1", "own": "+ 1.0", "shape": [3, 4],
@@ -38,18 +38,7 @@ import numpy as np
 import tensorflow as tf
 
 V = {variant!r}
-messages = []
-handler = logging.Handler()
-handler.emit = lambda record: messages.append((record.levelname, record.getMessage()))
-logging.getLogger("graphcache").addHandler(handler)
-logging.getLogger("graphcache").setLevel(logging.INFO)
-caught = warnings.catch_warnings(record=True)
-seen_warnings = caught.__enter__()
-warnings.simplefilter("always")
-if {use_cache}:
-    import graphcache
-    cache = graphcache.GraphCache({cache_dir!r}, traces=True)
-
+{capture}
 w = tf.Variable(np.linspace(-1.0, 1.0, 64, dtype=np.float32).reshape(8, 8))
 other = tf.Variable(np.ones(V["var_shape"], np.float32))
 SCALE = V["scale"]
@@ -159,7 +148,7 @@ print(json.dumps(out))
 
 
 def child(cache_dir: Path | None, variant: dict, *, verify: bool = True) -> dict:
-    code = CHILD.format(variant=variant, use_cache=cache_dir is not None, cache_dir=str(cache_dir or ""),
+    code = CHILD.format(variant=variant, capture=trace_child_preamble(cache_dir), use_cache=cache_dir is not None,
                         helper=variant["helper"], own=variant["own"])
     return run_python(code, env={"GRAPHCACHE_TRACE_VERIFY": "1" if verify else "0"})
 

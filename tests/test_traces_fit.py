@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from .helpers import run_python
+from .helpers import run_python, trace_child_preamble
 
 BASE = {"lr": 0.01, "decay": 0.9, "loss": "mse", "metrics": ["mae"], "step": "* 1.0", "flag": False}
 CHANGED = {"lr": 0.02, "decay": 0.8, "loss": "mae", "metrics": ["mae", "mse"], "step": "* 0.5", "flag": True}
@@ -32,18 +32,7 @@ import keras
 
 V = {variant!r}
 FLAG = V["flag"]
-messages = []
-handler = logging.Handler()
-handler.emit = lambda record: messages.append((record.levelname, record.getMessage()))
-logging.getLogger("graphcache").addHandler(handler)
-logging.getLogger("graphcache").setLevel(logging.INFO)
-caught = warnings.catch_warnings(record=True)
-seen_warnings = caught.__enter__()
-warnings.simplefilter("always")
-if {use_cache}:
-    import graphcache
-    cache = graphcache.GraphCache({cache_dir!r}, traces=True)
-keras.utils.set_random_seed(7)
+{capture}keras.utils.set_random_seed(7)
 
 
 class Flagged(keras.layers.Layer):
@@ -146,7 +135,7 @@ STEPS = 2 * len(MODELS) - 1  # a train and a test step each; "evalonly" only a t
 
 
 def child(cache_dir, variant: dict) -> dict:
-    code = CHILD.format(variant=variant, use_cache=cache_dir is not None, cache_dir=str(cache_dir or ""),
+    code = CHILD.format(variant=variant, capture=trace_child_preamble(cache_dir), use_cache=cache_dir is not None,
                         step=variant["step"])
     return run_python(code, env={"GRAPHCACHE_TRACE_VERIFY": "1"}, timeout=600)
 

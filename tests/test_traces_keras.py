@@ -15,7 +15,7 @@ import types
 
 import pytest
 
-from .helpers import run_python
+from .helpers import run_python, trace_child_preamble
 
 BASE = {"activation": "relu", "own": "+ 0.25", "flag": False, "units": 5}
 CHANGED = {"activation": "tanh", "own": "- 0.25", "flag": True, "units": 6}
@@ -34,18 +34,7 @@ import keras
 
 V = {variant!r}
 FLAG = V["flag"]
-messages = []
-handler = logging.Handler()
-handler.emit = lambda record: messages.append((record.levelname, record.getMessage()))
-logging.getLogger("graphcache").addHandler(handler)
-logging.getLogger("graphcache").setLevel(logging.INFO)
-caught = warnings.catch_warnings(record=True)
-seen_warnings = caught.__enter__()
-warnings.simplefilter("always")
-if {use_cache}:
-    import graphcache
-    cache = graphcache.GraphCache({cache_dir!r}, traces=True)
-keras.utils.set_random_seed(7)
+{capture}keras.utils.set_random_seed(7)
 
 
 class Offset(keras.layers.Layer):
@@ -136,7 +125,7 @@ print(json.dumps(out))
 
 
 def child(cache_dir, variant: dict, *, verify: bool = True) -> dict:
-    code = CHILD.format(variant=variant, use_cache=cache_dir is not None, cache_dir=str(cache_dir or ""),
+    code = CHILD.format(variant=variant, capture=trace_child_preamble(cache_dir), use_cache=cache_dir is not None,
                         own=variant["own"])
     return run_python(code, env={"GRAPHCACHE_TRACE_VERIFY": "1" if verify else "0"})
 
