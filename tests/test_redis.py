@@ -526,6 +526,11 @@ def test_the_lease_outlives_a_background_write_until_the_entry_is_up(server, red
         compiled = cache.compile(big_graph_def(), ["y:0"], ["x:0"])
         assert not compiled.hit and cache.pending_writes == 1  # still to be written: the lease is held
         assert cache.flush(timeout=60)
+        # The lease's release ends the write's job, right after flush() returns: the watcher keeps sampling
+        # until it sees it (bounded: a lease never freed fails below), so a loaded machine cannot stop it first.
+        deadline = time.monotonic() + 10
+        while not (seen and not seen[-1][0]) and time.monotonic() < deadline:
+            time.sleep(0.01)
     finally:
         stop.set()
         watcher.join(10)
