@@ -67,8 +67,8 @@ if TYPE_CHECKING:  # loaded where used: a remote only where one is configured, m
 
 log = logging.getLogger("graphcache")
 
-# An open records its version only when the manifest's last open of it is older (versions are purged after
-# stale_after, a day by default: an hour's precision costs nothing, and every other open is a read).
+# An open records its version only when the manifest's last open of it is older than this or a tenth of
+# stale_after (a day by default): every other open is a read, and no version in use looks stale.
 VERSION_TOUCH = 3600.0
 INDEX_WAIT = 10.0  # seconds a step waits for the index's write lock (bounded by lock_timeout), then goes on
 # What a process without an index does: the truth for every "index failed" warning.
@@ -168,7 +168,8 @@ class EntryService:
             tag_cache_dir(self.cache_dir)
             if self.index.created_now:
                 self.dir.index_files()
-            self.index.record_version(self.version, self.version_info, unless_within=VERSION_TOUCH)
+            self.index.record_version(self.version, self.version_info,
+                                      unless_within=min(VERSION_TOUCH, self.stale_after / 10))
             if self.on_version_change == "purge":
                 self.last_purge = purge_stale_versions(self.index, self.dir.store, self.version, self.stale_after)
             self.dir.converge()
