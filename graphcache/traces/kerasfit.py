@@ -80,33 +80,21 @@ def fit_step(target: Any) -> FitStep | None:
         raise Uncacheable(REASON, "Keras' one-step function is traced on its own (data that is not a tf.data iterator)")
     if not qualname.endswith(FIT_STEP):
         return None
-    inner = _unwrapped(target)
-    cells = _cells(inner)
+    inner = kerasstep.unwrapped(target)
+    cells = kerasstep.closure_cells(inner)
     model = cells.get("self")
     keras = _keras()
     if keras is None or not isinstance(model, keras.Model):
         raise Uncacheable(REASON, f"the step closes over a {type(model).__name__}, not a keras.Model")
     one_step = getattr(cells.get("one_step_on_data"), "__wrapped__", None)  # under _autoconvert_optionals
     python_function = getattr(one_step, "python_function", None)
-    bound = _cells(_unwrapped(python_function)).get("step_function") if python_function is not None else None
+    step_cells = kerasstep.closure_cells(kerasstep.unwrapped(python_function)) if python_function is not None else {}
+    bound = step_cells.get("step_function")
     method = getattr(getattr(bound, "__func__", None), "__name__", None)
     if not isinstance(bound, types.MethodType) or bound.__self__ is not model or method not in STEP_METHODS or \
             bound.__func__ is not getattr(type(model), method):
         raise Uncacheable(REASON, "the step does not run the model's own train_step or test_step")
     return FitStep(model, inner, method, bool(getattr(one_step, "_jit_compile", False)))
-
-
-def _unwrapped(function: Any) -> Any:
-    while isinstance(getattr(function, "__wrapped__", None), types.FunctionType):
-        function = function.__wrapped__
-    return function
-
-
-def _cells(function: Any) -> dict[str, Any]:
-    if not isinstance(function, types.FunctionType):
-        return {}
-    return dict(zip(function.__code__.co_freevars, (cell.cell_contents for cell in function.__closure__ or ()),
-                    strict=True))
 
 
 def _keras() -> Any:

@@ -87,16 +87,28 @@ def predict_step(target: Any) -> PredictStep | None:
         raise Uncacheable(REASON, "the model runs several steps per execution (steps_per_execution > 1)")
     if not qualname.endswith(PREDICT_STEP):
         return None
-    inner = target
-    while isinstance(getattr(inner, "__wrapped__", None), types.FunctionType):
-        inner = inner.__wrapped__
-    cells = dict(zip(inner.__code__.co_freevars, (cell.cell_contents for cell in inner.__closure__ or ()),
-                     strict=True))
+    inner = unwrapped(target)
+    cells = closure_cells(inner)
     keras = sys.modules.get("keras")
     model = cells.get("self")
     if keras is None or not isinstance(model, keras.Model):
         raise Uncacheable(REASON, f"the predict step closes over a {type(model).__name__}, not a keras.Model")
     return PredictStep(model, inner)
+
+
+def unwrapped(function: Any) -> Any:
+    """``function`` under its Python decorators (Keras' do_not_convert, functools.wraps chains)."""
+    while isinstance(getattr(function, "__wrapped__", None), types.FunctionType):
+        function = function.__wrapped__
+    return function
+
+
+def closure_cells(function: Any) -> dict[str, Any]:
+    """A Python function's closure by free-variable name ({} for anything else)."""
+    if not isinstance(function, types.FunctionType):
+        return {}
+    return dict(zip(function.__code__.co_freevars, (cell.cell_contents for cell in function.__closure__ or ()),
+                    strict=True))
 
 
 def after_hit(step: PredictStep) -> None:
