@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from graphcache import GraphCache
 from graphcache.compile.keys import FAST_MIN_NODES
 from graphcache.entry import kinds
@@ -102,3 +104,29 @@ def test_small_graphs_keep_no_alias(cache, mlp):
     cache.compile(mlp.graph_def, mlp.fetches, mlp.feeds)
     cache.wait_for_writes()
     assert [row.kind for row in cache.entries()] == [kinds.GRAPH], json.dumps([r.kind for r in cache.entries()])
+
+
+def _chain(first_value, nodes: int):
+    """A GraphDef: one constant ``first_value`` (serialized first) and ``nodes`` identities after it."""
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        y = tf.constant(np.asarray(first_value, np.float32), name="first")
+        for i in range(nodes):
+            y = tf.identity(y, name=f"i{i}")
+    return graph.as_graph_def()
+
+
+def test_the_fast_key_is_only_tried_where_hashing_bytes_beats_the_canonical_form():
+    """Node-heavy small graphs get a fast key; a graph whose bytes are mostly one large weight does not (its
+    hashing stops at the CPU budget, measured in this thread's CPU time: a loaded machine cannot turn it off)."""
+    from graphcache.compile import keys
+    from graphcache.compile.graphs import GraphView, Signature
+
+    signature = Signature.create([f"i{NODES - 1}:0"])
+    small = _chain(1.0, NODES)
+    fast = keys.exact_key(GraphView(small, signature), None, {})
+    assert fast is not None and fast == keys.exact_key(GraphView(small, signature), None, {})
+    heavy = _chain(np.ones((16, 1024, 1024)), NODES)  # 64 MB first: ~0.1 s to serialize, a budget of ~9 ms
+    assert keys.exact_key(GraphView(heavy, signature), None, {}) is None

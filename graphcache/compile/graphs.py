@@ -82,13 +82,16 @@ def serialized_pieces(graph_def: graph_pb2.GraphDef) -> list[bytes]:
     return pieces
 
 
-def exact_hash(graph_def: graph_pb2.GraphDef, deadline: float | None = None) -> str | None:
+def exact_hash(graph_def: graph_pb2.GraphDef, cpu_budget: float | None = None) -> str | None:
     """The xxh3-128 of ``graph_def``'s serialization, hashed piece by piece as serialized_pieces writes it
     (nodes, library, the rest; no copy of the whole graph) in protobuf's deterministic form (map entries in
-    key order; upb's map order otherwise changes from process to process), or None once
-    ``time.perf_counter()`` passes ``deadline``. Exact bytes, names included: equal hashes mean equal graphs."""
+    key order; upb's map order otherwise changes from process to process), or None once this thread has spent
+    ``cpu_budget`` seconds of CPU time on it. CPU time, not wall time: other processes on a loaded machine, or
+    this one's own threads, must not turn a sound fast key off. Exact bytes, names included: equal hashes
+    mean equal graphs."""
     hasher = xxhash.xxh3_128()
-    update, clock = hasher.update, time.perf_counter
+    update, clock = hasher.update, time.thread_time
+    deadline = None if cpu_budget is None else clock() + cpu_budget
     for index, node in enumerate(graph_def.node):
         data = node.SerializeToString(deterministic=True)  # attr maps in key order: the same in every process
         update(len(data).to_bytes(8, "little"))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -111,13 +110,12 @@ def exact_key(view: GraphView, options: Any, identity: dict[str, Any]) -> str | 
     exact serialization (graphs.exact_hash: names included, so sound, just stricter), mapped to the
     canonical key by an alias entry (cache.py). Canonical ids cost Python work per node (~16 us), exact bytes
     mostly a copy per byte, so the fast key pays on graphs of many small nodes and not on a few huge
-    weights: None for graphs under FAST_MIN_NODES nodes, and once hashing the bytes has taken as long as
-    the canonical form would (weight-heavy graphs), so a hit never pays much more than the canonical key."""
+    weights: None for graphs under FAST_MIN_NODES nodes, and once hashing the bytes has taken as much CPU time
+    as the canonical form would (weight-heavy graphs), so a hit never pays much more than the canonical key."""
     graph_def = view.graph_def
     if len(graph_def.node) < FAST_MIN_NODES:
         return None
-    deadline = time.perf_counter() + CANONICAL_SECONDS_PER_NODE * len(graph_def.node)
-    exact = exact_hash(graph_def, deadline)
+    exact = exact_hash(graph_def, cpu_budget=CANONICAL_SECONDS_PER_NODE * len(graph_def.node))
     if exact is None:
         return None
     return combine(_parts("exact:" + exact, view.signature, options, identity), PART_ORDER)
