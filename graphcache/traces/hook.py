@@ -78,9 +78,12 @@ def user_function(tracing_options: Any) -> types.FunctionType | KerasStep | inst
     if not names or names[0] != SCOPE_DECORATOR:
         return None
     rest = names[1:]
+    known = ([], [AUTOGRAPH_DECORATOR])
     if rest[:1] == [METHOD_DECORATOR]:  # tf.function's bound-method wrapper: a decorated method of an object
         rest = rest[1:]
-    if rest not in ([], [AUTOGRAPH_DECORATOR]):
+        # After the first trace, autograph has swapped its conversion in as the wrapper's __wrapped__: a second one.
+        known = (*known, [AUTOGRAPH_DECORATOR, AUTOGRAPH_DECORATOR])
+    if rest not in known:
         raise Uncacheable("not_a_function", f"it is wrapped by {', '.join(rest)} (a decorator the key does not know)")
     if isinstance(target, types.MethodType):  # a decorated method, or tf.function(obj.method)
         return instance.bound_method(target)
