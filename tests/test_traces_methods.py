@@ -366,6 +366,14 @@ def test_the_method_key_refuses_what_it_cannot_prove():
     assert "defines __getattr__" in _refused(Dynamic())[1]
     assert "self.__dict__ is a getset_descriptor" in _refused(ReadsDict())[1]
     assert "__slots__" in _refused(Plain())[1]
+    import keras
+
+    class KerasLayer(keras.layers.Layer):  # Keras objects: keyed on the predict and fit paths only
+        @tf.function
+        def __call__(self, x):
+            return x * 2.0
+
+    assert "derives from keras" in _refused(KerasLayer())[1]
     sub_with_object = Model()
     sub_with_object.sub.helper = Thing()  # any attribute of a nested module is keyed: this one cannot be
     assert _refused(sub_with_object)[0] == "method"

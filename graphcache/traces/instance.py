@@ -219,11 +219,11 @@ def check_class(cls: type, where: str) -> None:
 # -- a method's key -------------------------------------------------------------------------------------------
 def walk_method(method: BoundMethod) -> Walk:
     """The walk of a tf.function method's trace (see the module docstring); raises Uncacheable."""
-    walk = Walk()
-    walk.function(method.function, "")
     instance = method.instance
     cls = type(instance)
-    check_class(cls, "self")
+    check_class(cls, "self")  # first: a Keras layer's method is refused as a method, whatever its code reads
+    walk = Walk()
+    walk.function(method.function, "")
     walk.value(cls, "self/class")
     names, library = reached_reads(cls, method.function)
     for name in names:
