@@ -350,6 +350,13 @@ def test_the_method_key_refuses_what_it_cannot_prove():
         def __call__(self, x):
             return x * len(self.__dict__)
 
+    class VarArgs(tf.Module):
+        def __call__(self, x):
+            return self.helper(x)
+
+        def helper(*args):  # self is args[0]
+            return args[1] * args[0].scale
+
     class Plain:
         __slots__ = ("scale",)
 
@@ -366,6 +373,7 @@ def test_the_method_key_refuses_what_it_cannot_prove():
     assert "defines __getattr__" in _refused(Dynamic())[1]
     assert "self.__dict__ is a getset_descriptor" in _refused(ReadsDict())[1]
     assert "__slots__" in _refused(Plain())[1]
+    assert "takes self in *args" in _refused(VarArgs())[1]
     import keras
 
     class KerasLayer(keras.layers.Layer):  # Keras objects: keyed on the predict and fit paths only

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import abc
 import dis
+import inspect
 import sys
 import types
 from collections.abc import Callable
@@ -100,6 +101,8 @@ def self_reads(function: types.FunctionType, where: str, reason: str) -> list[st
     ``__call__``, included); refuses writes, rebinding it, and ``self`` handed on (``reason``)."""
     code = function.__code__
     if not code.co_argcount:
+        if code.co_flags & inspect.CO_VARARGS:  # self is args[0]: its reads are not followed
+            raise Uncacheable(reason, f"{where} takes self in *{code.co_varnames[code.co_kwonlyargcount]}")
         return []
     me = code.co_varnames[0]
     reads: list[str] = []

@@ -24,7 +24,7 @@ a user class or of a library type, a user module, a bound method, a builtin with
 ``time``, ``random``, ``numpy.random``, ...: ``STATEFUL_MODULES``), code that assigns globals or enclosing
 variables.
 The walk is repeated after a miss's trace: a trace that changed a value it read (appended to a list)
-is not stored either.
+is not stored either. A tf.function *method* adds its object to this walk (instance.py).
 """
 
 from __future__ import annotations
