@@ -357,6 +357,11 @@ def test_the_method_key_refuses_what_it_cannot_prove():
         def helper(*args):  # self is args[0]
             return args[1] * args[0].scale
 
+    class KeepsSuper(Model):
+        def helper(self, x):
+            parent = super()  # what is read off it later is not followed
+            return parent.helper(x)
+
     class Plain:
         __slots__ = ("scale",)
 
@@ -374,6 +379,7 @@ def test_the_method_key_refuses_what_it_cannot_prove():
     assert "self.__dict__ is a getset_descriptor" in _refused(ReadsDict())[1]
     assert "__slots__" in _refused(Plain())[1]
     assert "takes self in *args" in _refused(VarArgs())[1]
+    assert "uses super() other than as super().name" in _refused(KeepsSuper())[1]
     import keras
 
     class KerasLayer(keras.layers.Layer):  # Keras objects: keyed on the predict and fit paths only

@@ -39,7 +39,6 @@ from __future__ import annotations
 import abc
 import dis
 import inspect
-import sys
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -110,9 +109,14 @@ def self_reads(function: types.FunctionType, where: str, reason: str) -> list[st
         instructions = list(dis.get_instructions(current))
         for index, ins in enumerate(instructions):
             after = instructions[index + 1] if index + 1 < len(instructions) else None
-            if ins.opname == "LOAD_GLOBAL" and ins.argval == "super" and sys.version_info < (3, 12):
-                reads.append(_super_read(instructions, index, where, reason))
-            if ins.argval != me:
+            if ins.opname == "LOAD_GLOBAL" and ins.argval == "super":
+                reads.extend(_super_read(instructions, index, where, reason))
+            if isinstance(ins.argval, tuple):  # Python 3.13's pairs (LOAD_FAST_LOAD_FAST, STORE_FAST_LOAD_FAST, ...)
+                if current is not code or me not in ins.argval:
+                    continue
+                if ins.opname != "LOAD_FAST_LOAD_FAST" or ins.argval[0] == me:  # only self loaded last is followed
+                    raise Uncacheable(reason, f"{where} hands self to other code (what that reads is not followed)")
+            elif ins.argval != me:
                 continue
             if ins.opname in REBINDS and (current is code or "DEREF" in ins.opname):
                 raise Uncacheable("writes_state", f"{where} assigns {me} itself")
@@ -130,13 +134,16 @@ def self_reads(function: types.FunctionType, where: str, reason: str) -> list[st
     return reads
 
 
-def _super_read(instructions: list[dis.Instruction], index: int, where: str, reason: str) -> str:
-    """The name of ``super().name`` up to Python 3.11 (``LOAD_GLOBAL super; [PRECALL 0]; CALL 0; LOAD_ATTR name``:
-    the frame's ``self`` is read without an instruction naming it); any other use of super is refused."""
+def _super_read(instructions: list[dis.Instruction], index: int, where: str, reason: str) -> list[str]:
+    """The name of ``super().name``: up to Python 3.11 ``LOAD_GLOBAL super; [PRECALL 0]; CALL 0; LOAD_ATTR name`` (the
+    frame's ``self`` is read without an instruction naming it); from 3.12 on ``LOAD_SUPER_ATTR`` after a load of
+    ``self``, which the caller's scan reads. Any other use of super (``s = super()``) is refused."""
     following = [ins for ins in instructions[index + 1:index + 4] if ins.opname != "PRECALL"]
+    if any(ins.opname == "LOAD_SUPER_ATTR" for ins in following):
+        return []
     if len(following) >= 2 and following[0].opname == "CALL" and following[0].arg == 0 and \
             following[1].opname in SELF_READS:
-        return str(following[1].argval)
+        return [str(following[1].argval)]
     raise Uncacheable(reason, f"{where} uses super() other than as super().name")
 
 
