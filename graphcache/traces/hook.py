@@ -69,8 +69,8 @@ KERAS_STEPS = (kerasstep.PredictStep, kerasfit.FitStep)  # never differentiated:
 
 def user_function(tracing_options: Any) -> types.FunctionType | KerasStep | instance.BoundMethod | None:
     """The user's Python function a tf.function traces, a method with its object (instance.py), or Keras' predict,
-    train or test step (kerasstep.py, kerasfit.py); None for traces that are not a tf.function's (TensorFlow's own: variable initializers, control
-    flow, ...). Raises Uncacheable for functions this slice leaves alone."""
+    train or test step (kerasstep.py, kerasfit.py); None for traces that are not a tf.function's (TensorFlow's
+    own: variable initializers, control flow, ...). Raises Uncacheable for functions this slice leaves alone."""
     if tracing_options.scope_type not in TRACED_SCOPES:
         return None
     decorators, target = tf_decorator.unwrap(tracing_options.python_function)
