@@ -1,4 +1,4 @@
-"""TF2 traces cached: a later process gets a plain tf.function's ConcreteFunction without Python tracing.
+"""TF2 traces cached: a later process gets a tf.function's ConcreteFunction without Python tracing.
 
 ``enable(cache)`` (a plugin, core/plugins.py: ``GraphCache(traces=True)`` or ``GRAPHCACHE_TRACES=1`` enable
 it through ``plugins.enable(cache, "traces")``, and ``install()`` / ``graphcache run`` unless told not to)
@@ -13,6 +13,7 @@ Anything the key cannot cover is traced every time and counted ``trace_uncacheab
 Modules, one job each:
 
 - ``walk``: the Python side of the key (code, reached functions and classes, plain values, variables);
+- ``instance``: a tf.function method's object in the key (its class, the attributes its code reads);
 - ``keying``: the key's named parts, and where a trace can be cached at all;
 - ``stored``: the entry payload (function library + signatures + captures), its checks, the rebuild;
 - ``lazy``: a rebuilt trace called by name, its FuncGraph built only when something needs it;

@@ -11,10 +11,11 @@ the process never come back here.
 
 A trace (only a top-level one, in eager mode: traces nested inside another trace are that trace's):
 
-1. finds the user's function: the target of the two decorators tf.function puts around it (its
-   variable-creator scope and autograph). A method (tf.function's bound-method wrapper), a partial, a
-   callable object or library code (tf.data's own functions) is not cached; Keras' predict step is keyed by its
-   model (kerasstep.py), its train and test steps by the model and its compile state, built first (kerasfit.py);
+1. finds the user's function: the target of the decorators tf.function puts around it (its variable-creator
+   scope, autograph, and for a decorated method the bound-method wrapper of ``Function.__get__``). A method
+   is keyed with its object (instance.py: the attributes its code reads); a partial, a callable object or
+   library code (tf.data's own functions) is not cached; Keras' predict step is keyed by its model
+   (kerasstep.py), its train and test steps by the model and its compile state, built first (kerasfit.py);
 2. computes the key (keying.py, walk.py) or refuses (``Uncacheable``: counted ``trace_uncacheable`` and
    by reason, logged at INFO) and traces as TensorFlow does;
 3. hit: the stored trace is registered in the eager context and bound to this process's variables
@@ -51,7 +52,7 @@ from ..core.service import EntryService
 from ..entry import codec, kinds
 from ..entry.keyparts import hash_json
 from ..errors import CacheIOError, CorruptEntryError
-from . import kerasfit, kerasstep, keying, stored
+from . import instance, kerasfit, kerasstep, keying, stored
 from .walk import Uncacheable, is_library
 
 log = logging.getLogger("graphcache")
@@ -60,23 +61,32 @@ PLUGIN = "traces"  # this plugin's name: its TraceCache is runtime.state.plugins
 KIND = kinds.TF_TRACE
 SCOPE_DECORATOR = "_generate_scoped_tracing_options"  # tf.function's variable-creator scope around the function
 AUTOGRAPH_DECORATOR = "py_func_from_autograph"
+METHOD_DECORATOR = "class_method_to_instance_method"  # polymorphic_function.Function.__get__'s, binding self
 TRACED_SCOPES = (tracing_compilation.ScopeType.VARIABLE_CREATION, tracing_compilation.ScopeType.NO_VARIABLE_CREATION)
 KerasStep = kerasstep.PredictStep | kerasfit.FitStep
 KERAS_STEPS = (kerasstep.PredictStep, kerasfit.FitStep)  # never differentiated: custom gradients are harmless
 
 
-def user_function(tracing_options: Any) -> types.FunctionType | KerasStep | None:
-    """The user's Python function a tf.function traces, or Keras' predict, train or test step (kerasstep.py,
-    kerasfit.py); None for traces that are not a tf.function's (TensorFlow's own: variable initializers, control
-    flow, ...). Raises Uncacheable for functions this slice leaves alone."""
+def user_function(tracing_options: Any) -> types.FunctionType | KerasStep | instance.BoundMethod | None:
+    """The user's Python function a tf.function traces, a method with its object (instance.py), or Keras' predict,
+    train or test step (kerasstep.py, kerasfit.py); None for traces that are not a tf.function's (TensorFlow's
+    own: variable initializers, control flow, ...). Raises Uncacheable for functions this slice leaves alone."""
     if tracing_options.scope_type not in TRACED_SCOPES:
         return None
     decorators, target = tf_decorator.unwrap(tracing_options.python_function)
     names = [decorator.decorator_name for decorator in decorators]
     if not names or names[0] != SCOPE_DECORATOR:
         return None
-    if names[1:] not in ([], [AUTOGRAPH_DECORATOR]):
-        raise Uncacheable("method", f"it is wrapped by {', '.join(names[1:])} (a method: its object is not keyed)")
+    rest = names[1:]
+    known = ([], [AUTOGRAPH_DECORATOR])
+    if rest[:1] == [METHOD_DECORATOR]:  # tf.function's bound-method wrapper: a decorated method of an object
+        rest = rest[1:]
+        # After the first trace, autograph has swapped its conversion in as the wrapper's __wrapped__: a second one.
+        known = (*known, [AUTOGRAPH_DECORATOR, AUTOGRAPH_DECORATOR])
+    if rest not in known:
+        raise Uncacheable("not_a_function", f"it is wrapped by {', '.join(rest)} (a decorator the key does not know)")
+    if isinstance(target, types.MethodType):  # a decorated method, or tf.function(obj.method)
+        return instance.bound_method(target)
     if not isinstance(target, types.FunctionType):
         raise Uncacheable("not_a_function", f"it traces a {type(target).__name__}, not a Python function")
     step: KerasStep | None = kerasstep.predict_step(target) or kerasfit.fit_step(target)
@@ -125,6 +135,8 @@ class TraceCache:
                 return trace()
             if isinstance(root, KERAS_STEPS):  # every model's step has the same name: ls tells them apart
                 name = f"{name} ({root.model.name})"
+            elif isinstance(root, instance.BoundMethod):  # so has every class's __call__
+                name = f"{name} ({type(root.instance).__qualname__})"
             if isinstance(root, kerasfit.FitStep):  # its variables must exist before the key binds them
                 kerasfit.build_state(root, function_type)
             function_context_now = keying.check_context(tracing_options.scope_type)

@@ -25,7 +25,8 @@ instead of the function (walk.py's Walk, so user code is hashed the same way):
 - for a user class, each ``self.<name>`` its methods read (outside ``__init__``/``build``/config methods):
   a layer or variable of the model (by its index), a dtype policy, a seed generator, containers of those,
   or a plain value; a class attribute (a user class's is walked, a library's named); anything else, an
-  attribute assigned outside those methods, or ``self`` handed to other code, refused;
+  attribute assigned outside those methods, or ``self`` handed to other code, refused (instance.py's
+  ``self_reads`` and ``keyed_state``, shared with tf.function methods, with Keras' objects as this module's rule);
 - the variables, ``model.variables`` order (weights, then seed-generator states): index, path, shape, dtype,
   trainable. Their tf.Variables are the walk's bindings (``keras:<index>:<path>``): a hit binds this
   process's variables by index and path, each checked by dtype and shape (stored.bind), and a trace that
@@ -39,7 +40,6 @@ its config, an attribute user code reads) makes the walk after the trace differ:
 
 from __future__ import annotations
 
-import dis
 import functools
 import sys
 import types
@@ -49,7 +49,8 @@ from typing import Any
 from tensorflow.python.framework import ops
 from tensorflow.python.ops import resource_variable_ops
 
-from .walk import Uncacheable, Walk, code_objects, is_library
+from .instance import keyed_state, self_reads
+from .walk import Uncacheable, Walk, is_library
 
 TRAINER_MODULE = "keras.src.backend.tensorflow.trainer"
 PREDICT_STEP = "make_predict_function.<locals>.one_step_on_data_distributed"
@@ -61,8 +62,6 @@ FOREIGN_LAYERS = frozenset({"TFSMLayer", "TorchModuleWrapper", "JaxLayer", "Flax
 SETUP_METHODS = frozenset({"__init__", "__new__", "build", "get_config", "from_config", "build_from_config",
                            "get_build_config", "compile", "compile_from_config", "get_compile_config",
                            "save_own_variables", "load_own_variables", "__repr__", "__str__", "__setattr__"})
-ATTRIBUTE_READS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
-ATTRIBUTE_WRITES = frozenset({"STORE_ATTR", "DELETE_ATTR"})
 KERAS_SWITCHES = ("is_flash_attention_enabled", "is_nnx_enabled")  # keras.config switches layers read at call time
 CONFIG_SCALARS = (type(None), bool, int, float, str)  # what a config is made of, besides lists and dicts
 PLAIN_HELD = (type(None), bool, int, float, str)  # attribute values held() has nothing to key in
@@ -141,7 +140,7 @@ def keras_settings(model: Any) -> list[Any]:
 
 
 def model_objects(model: Any) -> dict[int, str]:
-    """The model's variables and layers by id, labelled as the walk keys them (``_state``'s ``known``)."""
+    """The model's variables and layers by id, labelled as the walk keys them (``_keras_state``'s ``known``)."""
     known: dict[int, str] = {}
     for index, variable in enumerate(model.variables):
         known[id(variable)] = f"variable {index}"
@@ -266,52 +265,20 @@ def instance_reads(walk: Walk, layer: Any, owner: type, where: str, known: dict[
             [f for f in (attr.fget, attr.fset, attr.fdel) if f] if isinstance(attr, property) else [attr]
         for function in functions:
             if isinstance(function, types.FunctionType) and not isinstance(attr, staticmethod):
-                names.update(dict.fromkeys(_self_reads(function, f"{where}: {owner.__qualname__}.{name}")))
+                names.update(dict.fromkeys(self_reads(function, f"{where}: {owner.__qualname__}.{name}", REASON)))
     for name in names:
         if name in vars(layer):
-            _state(walk, vars(layer)[name], f"{where} self.{name}", known, 0)
+            keyed_state(walk, vars(layer)[name], f"{where} self.{name}", 0, functools.partial(_keras_state, known),
+                        REASON)
         elif not any(name in vars(cls) for cls in type(layer).__mro__):
             raise Uncacheable(REASON, f"{where} reads self.{name}, which no class defines (a __getattr__)")
 
 
-def _self_reads(function: types.FunctionType, where: str) -> list[str]:
-    """Attribute names ``function`` reads off its first argument; refuses writes and ``self`` handed on (``self(x)``,
-    a train step calling its model, runs the class's own ``__call__`` and ``call``: walked, allowed)."""
-    code = function.__code__
-    if not code.co_argcount:
-        return []
-    me = code.co_varnames[0]
-    reads: list[str] = []
-    for current in code_objects(code):
-        instructions = list(dis.get_instructions(current))
-        for ins, after in zip(instructions, [*instructions[1:], None], strict=True):
-            if ins.argval != me or not (ins.opname in ("LOAD_DEREF", "LOAD_CLOSURE") or
-                                        (current is code and ins.opname.startswith("LOAD_FAST"))):
-                continue
-            if after is not None and after.opname in ATTRIBUTE_READS:
-                reads.append(str(after.argval))
-            elif _called_here(instructions, ins, after):  # self(x): the model's own __call__ and call, walked
-                continue
-            elif after is not None and after.opname in ATTRIBUTE_WRITES:
-                raise Uncacheable("writes_state", f"{where} assigns self.{after.argval} (it may run in the trace)")
-            elif ins.opname != "LOAD_CLOSURE":
-                raise Uncacheable(REASON, f"{where} hands self to other code (what that reads is not followed)")
-    return reads
-
-
-def _called_here(instructions: list[dis.Instruction], ins: dis.Instruction, after: dis.Instruction | None) -> bool:
-    """Whether ``ins`` loads the callee of a call (``self(x)`` in a train step): a NULL is pushed next to a callee
-    (before it up to Python 3.12, after it from 3.13)."""
-    before = instructions[instructions.index(ins) - 1] if instructions.index(ins) else None
-    return (before is not None and before.opname == "PUSH_NULL") or (after is not None and after.opname == "PUSH_NULL")
-
-
-def _state(walk: Walk, value: Any, where: str, known: dict[int, str], depth: int) -> None:
-    """A value a user layer's code reads off ``self``."""
+def _keras_state(known: dict[int, str], walk: Walk, value: Any, where: str, depth: int) -> bool:
+    """The objects of a model a user layer's code may read off ``self``: keyed by their label in the walk (a layer,
+    a variable), a dtype policy by name, a seed generator by its state variable; False for anything else."""
     import keras
 
-    if depth > 8:
-        raise Uncacheable(REASON, f"{where} is nested too deeply to key")
     label = known.get(id(value))
     if label is not None:
         walk.value(("model object", label), where)
@@ -322,23 +289,9 @@ def _state(walk: Walk, value: Any, where: str, known: dict[int, str], depth: int
         if state is None:
             raise Uncacheable(REASON, f"{where} is a seed generator whose state is not a model variable")
         walk.value(("seed generator", state), where)
-    elif isinstance(value, (list, tuple, dict)) and not _plain_or_tracked(type(value)):
-        raise Uncacheable(REASON, f"{where} is a {type(value).__qualname__} (a container class of user code)")
-    elif isinstance(value, (list, tuple)):  # plain, or Keras' and TensorFlow's tracked lists
-        walk.value(("list", type(value).__name__, len(value)), where)
-        for index, item in enumerate(value):
-            _state(walk, item, f"{where}[{index}]", known, depth + 1)
-    elif isinstance(value, dict):
-        if any(type(key) is not str for key in value):
-            raise Uncacheable(REASON, f"{where} is a dict with keys that are not str")
-        walk.value(("dict", type(value).__name__, sorted(value)), where)
-        for key in sorted(value):
-            _state(walk, value[key], f"{where}[{key!r}]", known, depth + 1)
     else:
-        try:
-            walk.value(value, where)
-        except Uncacheable as exc:
-            raise Uncacheable(REASON, f"{where}: {exc.detail}") from None
+        return False
+    return True
 
 
 def config_text(value: Any) -> Any:
@@ -376,10 +329,6 @@ def _config_repr(value: Any, parts: list[str], depth: int) -> bool:
         parts.append(")" if kind is tuple else "]")
         return True
     return False
-
-
-def _plain_or_tracked(kind: type) -> bool:
-    return kind in (list, tuple, dict) or is_library(kind.__module__)
 
 
 __all__ = ["PredictStep", "after_hit", "bind_variables", "check_model", "config_text", "held", "instance_reads",

@@ -1,7 +1,8 @@
 """A trace's key, computed before tracing from everything tracing can read (named parts, keys.py's way).
 
 - ``code``: the Python side (walk.py): the function's code, what it reaches, the plain values it reads,
-  the variables and eager tensors it can capture; for Keras' predict step, the model (kerasstep.py); for its
+  the variables and eager tensors it can capture; for a method, also its object's class and the attributes
+  its code reads (instance.py); for Keras' predict step, the model (kerasstep.py); for its
   train and test steps, the model, optimizer, losses and metrics (kerasfit.py);
 - ``signature``: the FunctionType TensorFlow traces for (each argument's TraceType: TensorSpecs with shape
   and dtype, Python values as literals; after reduce_retracing's generalization), the function's own
@@ -33,7 +34,7 @@ from tensorflow.python.saved_model import save_context
 
 from ..entry.keyparts import combine, hash_json, hash_text
 from ..version import package_version
-from . import kerasfit, kerasstep
+from . import instance, kerasfit, kerasstep
 from .walk import Uncacheable, Walk
 from .walk import package_version as library_version
 
@@ -111,12 +112,14 @@ def versions_part(walk: Walk) -> str:
 
 
 def walk_root(root: Any) -> Walk:
-    """The walk of what a trace of ``root`` reads: a user function's, or a Keras step's model (and its compile
-    state, for a train or test step)."""
+    """The walk of what a trace of ``root`` reads: a user function's, a method's with its object's attributes, or a
+    Keras step's model (and its compile state, for a train or test step)."""
     if isinstance(root, kerasstep.PredictStep):
         return kerasstep.walk_step(root)
     if isinstance(root, kerasfit.FitStep):
         return kerasfit.walk_step(root)
+    if isinstance(root, instance.BoundMethod):
+        return instance.walk_method(root)
     walk = Walk()
     walk.function(root, "")
     return walk

@@ -24,7 +24,7 @@ a user class or of a library type, a user module, a bound method, a builtin with
 ``time``, ``random``, ``numpy.random``, ...: ``STATEFUL_MODULES``), code that assigns globals or enclosing
 variables.
 The walk is repeated after a miss's trace: a trace that changed a value it read (appended to a list)
-is not stored either.
+is not stored either. A tf.function *method* adds its object to this walk (instance.py).
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ class Walk:
         self._hasher.update(len(data).to_bytes(8, "little"))
         self._hasher.update(data)
 
-    def _once(self, obj: Any, path: str) -> bool:
+    def once(self, obj: Any, path: str) -> bool:
         """True the first time ``obj`` is reached; later reaches emit a reference to the first path."""
         first = self._seen.get(id(obj))
         if first is not None:
@@ -152,7 +152,7 @@ class Walk:
     # -- functions and code ------------------------------------------------------------------------------
     def function(self, fn: types.FunctionType, path: str) -> None:
         """A user function: its code, defaults, closure and the globals its code reads."""
-        if not self._once(fn, path):
+        if not self.once(fn, path):
             return
         code = fn.__code__
         self._emit("function", self.code_hash(code))
@@ -278,7 +278,7 @@ class Walk:
             self._other(obj, path)
 
     def _container(self, obj: Any, path: str) -> None:
-        if not self._once(obj, path):
+        if not self.once(obj, path):
             return
         if len(obj) > MAX_ITEMS:
             raise Uncacheable("value", f"{_where(path)} holds {len(obj)} items (more than {MAX_ITEMS} are not keyed)")
@@ -308,7 +308,7 @@ class Walk:
             self.packages.add(cls.__module__.partition(".")[0])
             self._emit("library class", cls.__module__, cls.__qualname__)
             return
-        if not self._once(cls, path):
+        if not self.once(cls, path):
             return
         self._emit("class", cls.__qualname__, len(cls.__bases__))
         for index, base in enumerate(cls.__bases__):
@@ -365,14 +365,14 @@ class Walk:
         self._emit("ndarray", array.dtype.str, array.shape, xxhash.xxh3_128_hexdigest(np.ascontiguousarray(array)))
 
     def _variable(self, variable: Any, path: str) -> None:
-        if not self._once(variable, path):
+        if not self.once(variable, path):
             return
         self.bindings[path] = variable
         self._emit("variable", type(variable).__name__, variable.dtype.name, repr(variable.shape), variable.device,
                    variable.trainable)
 
     def _eager_tensor(self, value: Any, path: str) -> None:
-        if not self._once(value, path):
+        if not self.once(value, path):
             return
         if value.dtype in (dtypes.resource, dtypes.variant) or value.dtype.size * max(
                 1, value.shape.num_elements() or 0) > MAX_VALUE_BYTES:
@@ -385,7 +385,7 @@ class Walk:
 
     def _tf_function(self, function: Any, path: str) -> None:
         """A tf.function the code calls: its options, and its Python function walked as user code."""
-        if not self._once(function, path):
+        if not self.once(function, path):
             return
         signature = function.input_signature
         self._emit("tf.function", function._name, function._autograph, function._jit_compile,
