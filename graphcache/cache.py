@@ -30,8 +30,7 @@ from .entry.keyshape import is_key
 from .errors import CorruptEntryError, InvalidGraphError, UnsupportedGraphError
 
 # The compile path (compile/: graphs, keys, canonical, importing, safety, the compiler) is imported by the
-# methods that use it: a GraphCache opened for its entries only (install() in a TF2 program serves the
-# functions/ and traces/ plugins) never loads it.
+# methods that use it, at the first compile(): opening a cache does not load it.
 if TYPE_CHECKING:
     from .compile import graphs, keys
     from .compile.compiled import CompiledGraph
