@@ -3,8 +3,10 @@
 Steps, each timed in its own fresh process (TensorFlow imported before the timer, as in a user's process
 that has a graph in hand; nothing of graphcache loaded before it, asserted):
 
-- ``cache``: ``import graphcache; GraphCache(dir)`` on an existing cache dir (the compile path's import
-  and opening the cache: index, version record, housekeeping);
+- ``cache``: ``import graphcache; GraphCache(dir)`` on an existing cache dir (opening the cache: index,
+  version record, housekeeping; the compile path is imported by the first ``compile()``);
+- ``hit``: the same, then one ``compile()`` that hits (a small TF1 graph built before the timer): what a
+  process that loads a cached graph pays, the compile path's import included;
 - ``install``: ``import graphcache; graphcache.install(cache_dir=dir)`` (what a TF2 program pays to have
   its functions cached; the TF1 drop-in loads at the first TF1 session);
 - ``session``: ``from graphcache import Session`` (the TF1 drop-in's import, without opening a cache).
@@ -30,17 +32,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 
-STEPS = ("cache", "install", "session")
+STEPS = ("cache", "hit", "install", "session")
 GOALS = {("editable", "cache"): 0.020, ("wheel", "cache"): 0.010}
 CHILD = r'''
 import json, sys, time
+import numpy as np
 import tensorflow as tf
 assert not [m for m in sys.modules if m.split(".")[0] == "graphcache"], "graphcache imported before the timer"
 step, cache_dir = sys.argv[1], sys.argv[2]
+graph = tf.Graph()
+with graph.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [None, 64], name="x")
+    tf.nn.relu(tf.matmul(x, tf.constant(np.ones((64, 64), np.float32))), name="y")
+graph_def = graph.as_graph_def()
+hit = None
 start = time.perf_counter()
 if step == "cache":
     import graphcache
     graphcache.GraphCache(cache_dir)
+elif step == "hit":
+    import graphcache
+    hit = graphcache.GraphCache(cache_dir).compile(graph_def, ["y:0"], ["x:0"]).hit
 elif step == "install":
     import graphcache
     graphcache.install(cache_dir=cache_dir)
@@ -49,7 +61,7 @@ else:
 seconds = time.perf_counter() - start
 import graphcache
 print(json.dumps({"seconds": seconds, "modules": len([m for m in sys.modules if m.split(".")[0] == "graphcache"]),
-                  "from": graphcache.__file__}))
+                  "from": graphcache.__file__, "hit": hit}))
 '''
 
 
@@ -64,7 +76,7 @@ def build_wheel_site(work: Path) -> Path:
     return site
 
 
-def measure(step: str, cache_dir: str, site: Path | None) -> dict:
+def measure(step: str, cache_dir: str, site: Path | None, warm_up: bool = False) -> dict:
     env = common.child_env({"PYTHONPATH": str(site)} if site is not None else None)
     env["TF_CPP_MIN_LOG_LEVEL"] = "3"
     # cwd: the cache dir's parent, not this checkout (``python -c`` puts the cwd first on sys.path)
@@ -76,6 +88,8 @@ def measure(step: str, cache_dir: str, site: Path | None) -> dict:
     expected = str(site) if site is not None else str(common.REPO_ROOT)
     if not result["from"].startswith(expected):
         raise RuntimeError(f"{step}: graphcache came from {result['from']}, not {expected}")
+    if step == "hit" and not result["hit"] and not warm_up:
+        raise RuntimeError("hit: the graph was not found in the cache")
     return result
 
 
@@ -87,7 +101,8 @@ def run(runs: int, log=print) -> dict:
         site = build_wheel_site(work)
         cache_dir = work / "cache"
         cache_dir.mkdir()
-        measure("cache", str(cache_dir), None)  # the cache dir exists and has an index before any timing
+        # before any timing, the cache dir exists, has an index and holds the hit step's graph (a miss stores it)
+        measure("hit", str(cache_dir), None, warm_up=True)
         for _ in range(runs):  # rounds interleave the installs and the steps, so drift hits each alike
             for install, where in (("editable", None), ("wheel", site)):
                 for step in STEPS:

@@ -489,7 +489,8 @@ def write_markdown(report: dict[str, Any], path: Path, json_path: Path, charts: 
         text += ["## graphcache's own import", "",
                  f"After `import tensorflow`, in fresh processes (median of {data['runs']} each; nothing of graphcache "
                  "loaded before the timer, asserted): `cache` is `import graphcache; GraphCache(dir)` on an existing "
-                 "cache dir, `install` is `graphcache.install(cache_dir=dir)` (a TF2 program's cost), `session` is "
+                 "cache dir, `hit` the same then one `compile()` that hits (the compile path is imported there), "
+                 "`install` is `graphcache.install(cache_dir=dir)` (a TF2 program's cost), `session` is "
                  "`from graphcache import Session`. `editable` is the `make install` venv (its bytecode compiled), "
                  "`wheel` a regular install of a wheel of this checkout (import_time.py). What each loads is pinned "
                  "by tests/test_lean.py.", "", import_time.table(data), ""]

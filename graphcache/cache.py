@@ -20,11 +20,8 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .compile import graphs, identity, importing, keys, safety
-from .compile.compiled import CompiledGraph
-from .compile.compilers import Compiler, GrapplerCompiler
-from .compile.graphs import GraphView, Signature
-from .core import plugins, priority
+from .compile import identity
+from .core import plugins
 from .core.service import EntryService
 from .core.settings import ENV_FUNCTIONS, ENV_TRACES, ENV_XLA, CacheSettings, resolve_flag
 from .entry import codec, kinds
@@ -32,7 +29,13 @@ from .entry.keyparts import version_id
 from .entry.keyshape import is_key
 from .errors import CorruptEntryError, InvalidGraphError, UnsupportedGraphError
 
+# The compile path (compile/: graphs, keys, canonical, importing, safety, the compiler) is imported by the
+# methods that use it, at the first compile(): opening a cache does not load it.
 if TYPE_CHECKING:
+    from .compile import graphs, keys
+    from .compile.compiled import CompiledGraph
+    from .compile.compilers import Compiler
+    from .compile.graphs import GraphView, Signature
     from .core.flight import Guard
 
 log = logging.getLogger("graphcache")
@@ -84,7 +87,7 @@ class GraphCache(EntryService):
             remote=remote, remote_read_only=remote_read_only, remote_timeout=remote_timeout,
             remote_retry_after=remote_retry_after, remote_options=remote_options, coordinator=coordinator,
             fleet_hedge=fleet_hedge, remote_max_size=remote_max_size)
-        self.compiler = compiler or GrapplerCompiler()
+        self._compiler = compiler  # the default one is created at first use (self.compiler)
         self._identity: dict[str, Any] | None = None
         self._identity_lock = threading.Lock()
         version_info = identity.compiler_version(settings.identity_salt)
@@ -100,12 +103,22 @@ class GraphCache(EntryService):
             plugins.enable(self, "traces")
 
     @property
+    def compiler(self) -> Compiler:
+        """The compiler backend: the one given, else Grappler's."""
+        with self._identity_lock:
+            if self._compiler is None:
+                from .compile.compilers import GrapplerCompiler
+
+                self._compiler = GrapplerCompiler()
+            return self._compiler
+
+    @property
     def identity(self) -> dict[str, Any]:
         """The full compiler identity (computing the device kind needs TensorFlow's device list)."""
+        compiler = self.compiler
         with self._identity_lock:
             if self._identity is None:
-                self._identity = identity.compiler_identity(self.identity_salt, self.compiler.name,
-                                                            self.compiler.options())
+                self._identity = identity.compiler_identity(self.identity_salt, compiler.name, compiler.options())
             return self._identity
 
     # -- compile -------------------------------------------------------------------------------------------
@@ -116,6 +129,9 @@ class GraphCache(EntryService):
         ``graph``: a GraphDef, a tf.Graph, serialized bytes or a .pb/.pbtxt path. ``options``: a
         tf.compat.v1.ConfigProto whose graph_options (rewriter options) are passed to Grappler.
         """
+        from .compile import keys
+        from .compile.compiled import CompiledGraph
+
         start = time.perf_counter()
         source, view, label = self._inputs(graph, fetches, feeds, targets, options, name)
         if self.disabled:
@@ -139,6 +155,9 @@ class GraphCache(EntryService):
                 ) -> tuple[graphs.Source, GraphView, str]:
         """Load and check what compile() was given: (source, view, label). Raises InvalidGraphError or
         UnsupportedGraphError (counted)."""
+        from .compile import graphs, keys
+        from .compile.graphs import GraphView, Signature
+
         try:
             source = graphs.load(graph)
             signature = Signature.create(fetches, feeds, targets)
@@ -160,6 +179,10 @@ class GraphCache(EntryService):
     def compile_without_cache(self, graph: Any, fetches: Any, feeds: Any = (), targets: Any = (), *,
                               options: Any = None, name: str | None = None) -> CompiledGraph:
         """Compile with the same backend, bypassing the store (no key, nothing read or written)."""
+        from .compile import graphs
+        from .compile.compiled import CompiledGraph
+        from .compile.graphs import GraphView, Signature
+
         source = graphs.load(graph)
         signature = Signature.create(fetches, feeds, targets)
         GraphView(source.graph_def, signature)  # validates the signature's names
@@ -169,6 +192,9 @@ class GraphCache(EntryService):
 
     def _compile_single_flight(self, fp: keys.Fingerprint, source: graphs.Source, view: GraphView,
                                options: Any, label: str, fast: str | None = None) -> CompiledGraph:
+        from .compile.compiled import CompiledGraph
+        from .core import priority
+
         signature = view.signature
         if self.read_only:
             self.count_lookup(kinds.GRAPH, misses=1)
@@ -217,6 +243,8 @@ class GraphCache(EntryService):
         source's op types (safety.py), or None: missing, corrupt or untrusted entries are handled (fail
         open) and missed. The op types are read from the bytes (importing.wire_op_types): the weights are
         not parsed here, TensorFlow's importer parses them once."""
+        from .compile import importing, safety
+
         entry = self.read_entry(key, kind=kinds.GRAPH)
         if entry is None:
             return None
@@ -234,6 +262,8 @@ class GraphCache(EntryService):
         return header, data
 
     def _load(self, key: str, view: GraphView, label: str) -> CompiledGraph | None:
+        from .compile.compiled import CompiledGraph
+
         found = self.read_graph(key, view.op_types())
         if found is None:
             return None

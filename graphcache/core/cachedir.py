@@ -23,16 +23,16 @@ from typing import TYPE_CHECKING
 from ..store.local import LocalStore
 from .failures import warn_once
 from .index.database import INDEX_ERRORS, INDEX_FILE, CacheIndex, IndexCorruptError, IndexRow
-from .index.rebuild import FAILED, NOT_WRITABLE, Rebuild, memory_index, rebuild_index, remove_stale_builds
-from .index.rebuild import row_from_header as row_from_header
 from .index.schema import META_CHECKED
+from .index.schema import row_from_header as row_from_header
 from .settings import resolve_cache_dir as resolve_cache_dir
 from .units import parse_size
 from .versioning import PurgeResult, purge_stale_versions
 
-if TYPE_CHECKING:  # loaded by the calls that use them (management: purge, ls, stats, verify)
+if TYPE_CHECKING:  # loaded by the calls that use them (management: purge, ls, stats, verify; rebuilds)
     from .filters import Filter
     from .index.audit import VerifyReport
+    from .index.rebuild import Rebuild
     from .selection import Selection
     from .stats import Stats
 
@@ -130,6 +130,9 @@ class CacheDir:
             return CacheIndex(self.root, read_only=self.read_only, timeout=self.timeout)
         except IndexCorruptError as exc:
             problem = str(exc)
+        # rebuild.py is loaded for an unreadable index only
+        from .index.rebuild import NOT_WRITABLE, Rebuild, memory_index, rebuild_index
+
         if not self.heal:
             self._unhealed(Rebuild(problem, NOT_WRITABLE))
             return memory_index(self.root, self.store)
@@ -176,6 +179,8 @@ class CacheDir:
     def rebuild_index(self, problem: str, *, force: bool = False, seen_built: float | None = None) -> Rebuild:
         """Rebuild the index from the entry files now (``force``: even when another process just did) and
         reconnect to it; warns once about what happened."""
+        from .index.rebuild import FAILED, rebuild_index
+
         result = rebuild_index(self.root, self.store, problem, wait=self.timeout, seen_built=seen_built,
                                force=force)
         self._warn(result)
@@ -226,6 +231,8 @@ class CacheDir:
         if index is None or index.memory or self.read_only or not index.claim(META_CHECKED, every, now):
             return None
         # Temp files of writers and rebuilds that died: a scan of every shard, so with this check, not every open.
+        from .index.rebuild import remove_stale_builds
+
         self.store.remove_stray_temp_files()
         remove_stale_builds(self.root)
         if index.created_now:  # made by this open from the entry files (index_files): in step with them

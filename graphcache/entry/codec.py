@@ -28,16 +28,13 @@ when a sample of it shrinks below ``COMPRESS_WORTHWHILE`` of its size.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import hmac
 import json
 import struct
-from dataclasses import dataclass, field
 from typing import Any
 
 import xxhash
-import zstandard
 
 from ..errors import CorruptEntryError, UntrustedEntryError
 
@@ -56,31 +53,63 @@ _SAMPLES = 8
 MAX_HEADER = 16 * 1024 * 1024
 
 
-@dataclass(frozen=True)
 class EntryHeader:
-    """What an entry says about itself (the JSON header)."""
+    """What an entry says about itself (the JSON header). Immutable: ``replace`` gives a changed copy.
 
+    A plain class rather than a dataclass: every process that opens a cache imports this module, and
+    creating a frozen dataclass of ten fields costs ~1 ms (its methods are generated and exec'd).
+    """
+
+    __slots__ = ("key", "version", "identity", "name", "kind", "created", "compile_seconds", "payload_size",
+                 "key_parts", "extra")
     key: str
     version: str  # the compiler version id (TF + git version + format + salt), for stale purges
     identity: dict[str, Any]  # the full compiler identity the key was computed with
-    name: str = ""
-    kind: str = "graph"
-    created: float = 0.0  # Unix time
-    compile_seconds: float = 0.0
-    payload_size: int = 0  # uncompressed payload bytes
-    key_parts: dict[str, str] = field(default_factory=dict)  # part name -> its own hash
-    extra: dict[str, Any] = field(default_factory=dict)  # e.g. feeds/fetches/targets
+    name: str
+    kind: str
+    created: float  # Unix time
+    compile_seconds: float
+    payload_size: int  # uncompressed payload bytes
+    key_parts: dict[str, str]  # part name -> its own hash
+    extra: dict[str, Any]  # e.g. feeds/fetches/targets
+
+    def __init__(self, key: str, version: str, identity: dict[str, Any], name: str = "", kind: str = "graph",
+                 created: float = 0.0, compile_seconds: float = 0.0, payload_size: int = 0,
+                 key_parts: dict[str, str] | None = None, extra: dict[str, Any] | None = None) -> None:
+        values = (key, version, identity, name, kind, created, compile_seconds, payload_size,
+                  {} if key_parts is None else key_parts, {} if extra is None else extra)
+        for field, value in zip(self.__slots__, values, strict=True):
+            object.__setattr__(self, field, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"EntryHeader is immutable: use replace({name}=...)")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {field: getattr(self, field) for field in self.__slots__}
+
+    def replace(self, **changes: Any) -> EntryHeader:
+        return EntryHeader(**{**self.as_dict(), **changes})
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, EntryHeader) and self.as_dict() == other.as_dict()
+
+    __hash__ = None  # type: ignore[assignment]  # holds dicts
+
+    def __reduce__(self) -> tuple[type[EntryHeader], tuple[Any, ...]]:  # copy and pickle through __init__
+        return EntryHeader, tuple(getattr(self, field) for field in self.__slots__)
+
+    def __repr__(self) -> str:
+        return f"EntryHeader({', '.join(f'{k}={v!r}' for k, v in self.as_dict().items())})"
 
     def to_json(self) -> bytes:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True, separators=(",", ":")).encode()
+        return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> EntryHeader:
         data = json.loads(raw)
         if not isinstance(data, dict):
             raise ValueError("header is not a JSON object")
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return cls(**{k: v for k, v in data.items() if k in cls.__slots__})
 
 
 def _worth_compressing(payload: bytes | memoryview) -> bool:
@@ -96,6 +125,8 @@ def _worth_compressing(payload: bytes | memoryview) -> bool:
         sample = b"".join(bytes(view[i * step : i * step + _SAMPLE_CHUNK]) for i in range(chunks))
     if not sample:
         return False
+    import zstandard  # here and in decode: a hit on an uncompressed entry (most: weights) never loads it
+
     compressed = zstandard.ZstdCompressor(level=1).compress(sample)
     return len(compressed) < COMPRESS_WORTHWHILE * len(sample)
 
@@ -112,8 +143,13 @@ def encode_parts(header: EntryHeader, payload: bytes, *, compress: bool | None =
     file, and an uncompressed payload is not copied (joining 100 MB costs as much as writing it)."""
     if compress is None:
         compress = _worth_compressing(payload)
-    header = dataclasses.replace(header, payload_size=len(payload))
-    stored = zstandard.ZstdCompressor(level=level).compress(payload) if compress else payload
+    header = header.replace(payload_size=len(payload))
+    if compress:
+        import zstandard
+
+        stored = zstandard.ZstdCompressor(level=level).compress(payload)
+    else:
+        stored = payload
     header_bytes = header.to_json()
     flags = (FLAG_ZSTD if compress else 0) | (FLAG_SIGNED if signing_key else 0)
     checked = _CHECKED.pack(MAGIC, FORMAT_VERSION, flags, len(header_bytes),
@@ -204,6 +240,8 @@ def decode_parts(head: bytes | memoryview, stored: bytes | memoryview, expected_
         if not hmac.compare_digest(expected, bytes(head[_CHECKED.size:PREFIX_SIZE])):
             raise UntrustedEntryError("entry signature does not verify with this signing key")
     if flags & FLAG_ZSTD:
+        import zstandard
+
         try:
             payload = zstandard.ZstdDecompressor().decompress(stored, max_output_size=header.payload_size)
         except zstandard.ZstdError as exc:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -39,7 +38,7 @@ if TYPE_CHECKING:
 def atomic_writer(final: Path, tag: str = "") -> Iterator[BinaryIO]:
     """A file handle whose content appears at ``final`` only whole: temp file in the same folder, then
     flush + fsync + ``os.replace``; on any failure the temp file is removed and ``final`` is untouched."""
-    tmp = final.parent / f".{tag or final.name}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}"
+    tmp = final.parent / f".{tag or final.name}.{os.getpid()}.{os.urandom(4).hex()}{TMP_SUFFIX}"
     try:
         with open(tmp, "wb") as fh:
             yield fh

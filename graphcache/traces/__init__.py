@@ -24,22 +24,50 @@ Entries (through the cache's entry service, so ls/purge/evict/verify/export/impo
 ``extra = {"function", "functions", "nodes", "captures"}``.
 
 ``GRAPHCACHE_TRACE_VERIFY=1`` traces anyway after every hit and compares (hook.py).
+
+``enable`` installs the wrapper but loads none of the modules above: the plugin's handle is a ``Pending`` one
+until the first top-level trace (or ``active()``) makes it the ``TraceCache``, so a process under
+``install()`` that never traces a tf.function (a TF1 program run by ``graphcache run``) never loads them.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import runtime
 from ..core import plugins, settings
 from ..core.service import EntryService
-from .hook import KIND, PLUGIN, TraceCache
+from ..entry import kinds
+
+if TYPE_CHECKING:
+    from .hook import TraceCache
 
 ENV_TRACES = settings.ENV_TRACES
-NAME = PLUGIN
+NAME = "traces"  # hook.PLUGIN: the plugin's name, its key in runtime.state.plugins / .patched
+KIND = kinds.TF_TRACE  # hook.KIND
 
 _lock = threading.Lock()
+
+
+class Pending:
+    """The plugin's handle from ``enable`` until its first use, which replaces it with hook.py's TraceCache."""
+
+    def __init__(self, cache: EntryService) -> None:
+        self.cache = cache
+
+    def release(self) -> None:
+        with runtime.state.lock:
+            if runtime.state.plugins.get(NAME) is self:
+                del runtime.state.plugins[NAME]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TraceCache":  # loaded when asked for (PEP 562), as by the first trace
+        from .hook import TraceCache
+
+        return TraceCache
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def requested(explicit: bool | None = None) -> bool:
@@ -49,7 +77,17 @@ def requested(explicit: bool | None = None) -> bool:
 
 def active() -> TraceCache | None:
     """The trace cache this process's tf.function traces go through (None when none is)."""
-    return runtime.state.plugins.get(NAME)
+    while True:
+        current = runtime.state.plugins.get(NAME)
+        if not isinstance(current, Pending):
+            return current
+        from .hook import TraceCache  # the first use: hook.py and the modules it uses load here
+
+        with _lock:  # as enable
+            made = TraceCache(current.cache)
+            with runtime.state.lock:  # unless it was released (or replaced) meanwhile: then look again
+                if runtime.state.plugins.get(NAME) is current:
+                    runtime.state.plugins[NAME] = made
 
 
 def enable(cache: EntryService, *, replace: bool = False) -> TraceCache | None:
@@ -59,7 +97,7 @@ def enable(cache: EntryService, *, replace: bool = False) -> TraceCache | None:
     if cache.disabled:
         return None
     with _lock:
-        current = plugins.one_per_process(NAME, cache, TraceCache, replace=replace, what="tf.function traces")
+        current = plugins.one_per_process(NAME, cache, Pending, replace=replace, what="tf.function traces")
         _install()
         return current
 
@@ -81,7 +119,7 @@ def _install() -> None:
     original = tracing_compilation._create_concrete_function
 
     def create_concrete_function(function_type: Any, type_context: Any, func_graph: Any, tracing_options: Any) -> Any:
-        trace_cache = runtime.state.plugins.get(NAME)
+        trace_cache = active()
         if trace_cache is None:
             return original(function_type, type_context, func_graph, tracing_options)
         return trace_cache.create(original, function_type, type_context, func_graph, tracing_options)

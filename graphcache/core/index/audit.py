@@ -28,7 +28,8 @@ from ...errors import CorruptEntryError
 from ...store.base import StoredFile
 from ...store.local import LocalStore
 from .database import CacheIndex, IndexProblem, IndexRow
-from .rebuild import Rebuild, recovered_versions, row_from_header
+from .rebuild import Rebuild, recovered_versions
+from .schema import row_from_header
 
 
 class Audited(Protocol):

@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ...entry import codec
-from ...entry.keyparts import identity_id
 from ...errors import CorruptEntryError
 from ...store.local import LOCKS_DIR, TMP_GRACE_SECONDS, LocalStore
 from ..failures import STORAGE_ERRORS
@@ -52,7 +51,7 @@ from .database import (
     copy_index,
     probe_built,
 )
-from .schema import write_index
+from .schema import row_from_header, write_index
 
 log = logging.getLogger("graphcache")
 
@@ -68,14 +67,6 @@ BY_OTHER = "by_other"  # another process had rebuilt it by the time the lock was
 BUSY = "busy"  # another process is rebuilding it, or writing it, for longer than the wait
 FAILED = "failed"  # rebuilding failed (I/O): the cache serves entry files without an index
 NOT_WRITABLE = "not_writable"  # the cache dir cannot be written: the entry files are read instead
-
-
-def row_from_header(header: codec.EntryHeader, size: int, last_used: float) -> IndexRow:
-    return IndexRow(
-        key=header.key, name=header.name, kind=header.kind, size=size, created=header.created,
-        last_used=last_used, version=header.version,
-        identity=identity_id(header.identity) if header.identity else "",
-        compile_seconds=header.compile_seconds)
 
 
 class Rebuild(NamedTuple):

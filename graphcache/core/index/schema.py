@@ -14,7 +14,12 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from ...entry.keyparts import identity_id
+
+if TYPE_CHECKING:
+    from ...entry import codec
 
 SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -112,6 +117,15 @@ class IndexRow(NamedTuple):
     version: str
     identity: str
     compile_seconds: float
+
+
+def row_from_header(header: codec.EntryHeader, size: int, last_used: float) -> IndexRow:
+    """The row an entry's header gives (entry writes, touches that re-add a row, rebuilds, audits)."""
+    return IndexRow(
+        key=header.key, name=header.name, kind=header.kind, size=size, created=header.created,
+        last_used=last_used, version=header.version,
+        identity=identity_id(header.identity) if header.identity else "",
+        compile_seconds=header.compile_seconds)
 
 
 def row_values(row: IndexRow) -> tuple:
