@@ -59,6 +59,37 @@ def reachable_library(ctx: Any, fdef: function_pb2.FunctionDef, ops: set[str]
     return library
 
 
+def call_order(fdef: function_pb2.FunctionDef, library: dict[str, function_pb2.FunctionDef]) -> list[str]:
+    """The functions of ``library`` (what ``fdef`` reaches) in the order ``fdef`` and its callees first name them,
+    breadth first (nodes in their order, a node's attributes by name, then the function's own attributes): an
+    order that does not depend on the functions' names (functions/keying.py's fast key renames by it)."""
+    order: dict[str, None] = {}
+    queue = [fdef]
+    while queue:
+        current = queue.pop(0)
+        for name in _named_in_order(current, library):
+            if name not in order:
+                order[name] = None
+                queue.append(library[name])
+    order.update(dict.fromkeys(sorted(set(library) - set(order))))  # none expected: a library is what fdef reaches
+    return list(order)
+
+
+def _named_in_order(fdef: function_pb2.FunctionDef, library: dict[str, function_pb2.FunctionDef]) -> list[str]:
+    ops = op_types(fdef)
+    callers = {op for op in ops if op in library or _calls_functions(op)}
+    names: list[str] = []
+    if callers:  # a function without calls (most) costs one pass over its op types
+        for node in fdef.node_def:
+            if node.op in callers:
+                names.append(node.op)
+                for key in sorted(node.attr):
+                    names.extend(func_refs(node.attr[key]))
+    for key in sorted(fdef.attr):
+        names.extend(func_refs(fdef.attr[key]))
+    return [name for name in names if name in library]
+
+
 def _rename_attr(attr: attr_value_pb2.AttrValue, renamed: dict[str, str]) -> None:
     kind = attr.WhichOneof("value")
     funcs = [attr.func] if kind == "func" else list(attr.list.func) if kind == "list" else []

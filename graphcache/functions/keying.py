@@ -25,9 +25,11 @@ xxh3-128 over ``name=hash`` lines, the parts stored in the entry so a miss can b
 Two keys are computed. The *canonical* key above is the entry's key. Canonicalizing costs a pass in
 Python over every node (tens of microseconds per node), too slow for a hit that should cost a few tens of
 milliseconds, so a *fast* key hashes the deterministic serialization of the same functions instead of their
-canonical form (exact bytes, names included: sound on its own, just stricter) and an alias entry maps it
-to the canonical key. A program that reruns hits through the alias without canonicalizing; another
-program with other tracing counters computes the canonical key once and adds its own alias.
+canonical form (exact bytes, node names included: sound on its own, just stricter; the functions themselves
+renamed by call order, exact_hash) and an alias entry maps it to the canonical key. A program that reruns,
+or restores its traces from the cache under new function names, hits through the alias without
+canonicalizing; a program whose trace differs in its node names computes the canonical key once and adds
+its own alias.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import xxhash
 from tensorflow.core.framework import function_pb2
 
 from ..compile import keys
-from ..compile.functionlib import canonical_function_hash, op_types, reachable_library
+from ..compile.functionlib import call_order, canonical_function_hash, op_types, reachable_library, rename
 from ..entry.keyparts import combine, hash_json, hash_text
 
 log = logging.getLogger("graphcache")
@@ -130,13 +132,29 @@ def describe_call(ctx: Any, fdef: function_pb2.FunctionDef, tensor_inputs: tuple
         "devices": hash_text(json.dumps(sorted(ctx.devices()))),
         "identity": identity_hash,
     }
+    fast = combine({**parts, "function": "exact:" + exact_hash(fdef, library), "shapes": "in-function"}, PART_ORDER)
+    return FunctionCall(fdef, library, parts, fast, ops)
+
+
+def exact_hash(fdef: function_pb2.FunctionDef, library: dict[str, function_pb2.FunctionDef]) -> str:
+    """The hash of the exact bytes of ``fdef`` and its library, its functions renamed ``f0`` (``fdef``), ``f1``, ...
+    in the order they are first called (functionlib.call_order). The names are tracing counters
+    (``__inference_f_123``), and a trace restored from the cache (traces/) registers its functions under new
+    ones: keyed with their names, the alias the process that traced wrote would miss in every process that
+    restores, which then canonicalizes every node. A consistent renaming is what the canonical key ignores too,
+    so the alias stays sound; a name that appears elsewhere (a string attribute) is kept, and only stricter."""
+    order = call_order(fdef, library)
+    renamed = {fdef.signature.name: "f0", **{name: f"f{index}" for index, name in enumerate(order, 1)}}
+    copies = function_pb2.FunctionDefLibrary()
+    for one in (fdef, *(library[name] for name in order)):
+        copies.function.add().CopyFrom(one)
+    rename(copies, renamed)
     exact = xxhash.xxh3_128()
-    for one in (fdef, *(library[n] for n in sorted(library))):
+    for one in copies.function:
         data = one.SerializeToString(deterministic=True)
         exact.update(len(data).to_bytes(8, "little"))
         exact.update(data)
-    fast = combine({**parts, "function": "exact:" + exact.hexdigest(), "shapes": "in-function"}, PART_ORDER)
-    return FunctionCall(fdef, library, parts, fast, ops)
+    return exact.hexdigest()
 
 
 def identity_hash(identity: dict[str, Any]) -> str:
