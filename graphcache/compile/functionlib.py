@@ -63,6 +63,8 @@ def call_order(fdef: function_pb2.FunctionDef, library: dict[str, function_pb2.F
     """The functions of ``library`` (what ``fdef`` reaches) in the order ``fdef`` and its callees first name them,
     breadth first (nodes in their order, a node's attributes by name, then the function's own attributes): an
     order that does not depend on the functions' names (functions/keying.py's fast key renames by it)."""
+    if not library:  # most functions call none: no pass over their nodes (the fast key's hot path)
+        return []
     order: dict[str, None] = {}
     queue = [fdef]
     while queue:

@@ -119,6 +119,13 @@ def enable(cache: Any, name: str, **options: Any) -> Any:
     return handle
 
 
+def release(name: str, handle: Any) -> None:
+    """Drop ``handle`` as the process's handle of the plugin ``name``, unless another one replaced it already."""
+    with runtime.state.lock:
+        if runtime.state.plugins.get(name) is handle:
+            del runtime.state.plugins[name]
+
+
 def one_per_process(name: str, cache: Any, make: Callable[[Any], Any], *, replace: bool, what: str) -> Any:
     """The process's one handle of the plugin ``name`` (runtime.state.plugins), on ``cache``, for plugins
     that patch TensorFlow process-wide (TF2 functions, traces): made by ``make(cache)`` when there is none.

@@ -42,7 +42,7 @@ from typing import Any
 
 from tensorflow.python.eager import context
 
-from .. import runtime
+from ..core import plugins
 from ..core.failures import STORAGE_ERRORS
 from ..core.service import EntryService
 from ..entry import codec, kinds
@@ -74,9 +74,7 @@ class FunctionCache:
 
     def release(self) -> None:
         """Stop serving this process's calls (uninstall(), runtime.reset): the wrapper passes them through."""
-        with runtime.state.lock:
-            if runtime.state.plugins.get(PLUGIN) is self:
-                del runtime.state.plugins[PLUGIN]
+        plugins.release(PLUGIN, self)
 
     # -- the wrapper ---------------------------------------------------------------------------------------
     def call(self, original: Any, atomic: Any, args: tuple[Any, ...]) -> Any:

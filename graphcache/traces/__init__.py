@@ -57,9 +57,7 @@ class Pending:
         self.cache = cache
 
     def release(self) -> None:
-        with runtime.state.lock:
-            if runtime.state.plugins.get(NAME) is self:
-                del runtime.state.plugins[NAME]
+        plugins.release(NAME, self)
 
 
 def __getattr__(name: str) -> Any:
@@ -90,7 +88,7 @@ def active() -> TraceCache | None:
                     runtime.state.plugins[NAME] = made
 
 
-def enable(cache: EntryService, *, replace: bool = False) -> TraceCache | None:
+def enable(cache: EntryService, *, replace: bool = False) -> TraceCache | Pending | None:
     """Cache the traces of tf.functions in ``cache`` from now on (idempotent; one cache per process, as the
     functions plugin: a second enable with another dir warns and keeps the first unless ``replace``).
     Functions traced before enable keep their traces. Returns None for a disabled cache."""

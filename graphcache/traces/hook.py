@@ -45,8 +45,7 @@ from tensorflow.python.framework import ops
 from tensorflow.python.ops import variable_scope
 from tensorflow.python.util import tf_decorator
 
-from .. import runtime
-from ..core import settings
+from ..core import plugins, settings
 from ..core.counters import TRACE_UNCACHEABLE
 from ..core.service import EntryService
 from ..entry import codec, kinds
@@ -107,9 +106,7 @@ class TraceCache:
 
     def release(self) -> None:
         """Stop serving this process's traces (runtime.reset, a replacing enable): the wrapper passes them on."""
-        with runtime.state.lock:
-            if runtime.state.plugins.get(PLUGIN) is self:
-                del runtime.state.plugins[PLUGIN]
+        plugins.release(PLUGIN, self)
 
     def identity_hash(self) -> str:
         if self._identity_hash is None:
