@@ -99,3 +99,40 @@ def test_the_fast_key_ignores_a_consistent_renaming_and_nothing_else():
     before = main.SerializeToString(deterministic=True)
     exact_hash(main, library)
     assert main.SerializeToString(deterministic=True) == before  # renames a copy, never the context's functions
+
+
+def test_a_function_that_calls_none_is_hashed_as_its_renamed_copy_serializes():
+    """keying.exact_hash renames a function without callees on its serialized bytes (no copy): the result must be
+    the hash of the copy renamed ``f0`` and serialized, the scheme functions with callees use, so keys agree."""
+    import tensorflow as tf
+    import xxhash
+    from tensorflow.core.framework import function_pb2
+
+    from graphcache.compile.functionlib import rename
+    from graphcache.functions.keying import exact_hash
+
+    def function_def(scale: float) -> function_pb2.FunctionDef:
+        @tf.function
+        def deep(x):
+            y = x
+            for _ in range(20):
+                y = tf.concat([y[1:], y[:1]], axis=0) * scale + 0.1
+            return tf.reduce_sum(y)
+
+        return deep.get_concrete_function(tf.TensorSpec([4], tf.float32)).function_def
+
+    main = function_def(0.5)
+    copies = function_pb2.FunctionDefLibrary()
+    copies.function.add().CopyFrom(main)
+    rename(copies, {main.signature.name: "f0"})
+    data = copies.function[0].SerializeToString(deterministic=True)
+    expected = xxhash.xxh3_128(len(data).to_bytes(8, "little") + data).hexdigest()
+    before = main.SerializeToString(deterministic=True)
+    assert exact_hash(main, {}) == expected
+    assert main.SerializeToString(deterministic=True) == before  # the context's function is not renamed
+
+    same_body = function_pb2.FunctionDef()
+    same_body.CopyFrom(main)
+    same_body.signature.name = "__inference_deep_restored_99"
+    assert exact_hash(same_body, {}) == expected
+    assert exact_hash(function_def(0.25), {}) != expected
