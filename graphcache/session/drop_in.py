@@ -45,13 +45,14 @@ from tensorflow.python.client import session as tf_session_lib
 
 from .. import accelerate, runtime
 from ..compile import graphs
-from ..compile.compiled import runtime_config
+from ..compile.compiled import CompiledGraph, runtime_config
+from ..compile.heap import release_freed_memory
 from ..core import settings
 from ..core.failures import warn_once
 from ..errors import UnsupportedGraphError
 from .lazy_cache import SessionCache
 from .placement import Placement
-from .run_graph import Imported, RunGraph, release_freed_memory, retyped
+from .run_graph import Imported, RunGraph, retyped
 
 if TYPE_CHECKING:
     from ..cache import GraphCache
@@ -324,17 +325,9 @@ class _CachingSession:
                     else:
                         warn_once("accelerate_no_loss_scale", f"graphcache: accelerate_train_mode trains "
                                   f"{label} in float16 without graphcache's loss scaling: {why_not}")
-            try:
-                compiled = self._cache.get().compile(graph_def, fetches, feeds, targets, options=options,
-                                               name="session:" + label)
-            except UnsupportedGraphError as exc:
-                if self._signatures:  # state already lives in the run graph: compile this one uncached there
-                    warn_once("resource_ops", f"graphcache: {exc}; compiling this signature without the cache")
-                    compiled = self._cache.get().compile_without_cache(graph_def, fetches, feeds, targets,
-                                                                 options=options)
-                else:
-                    self._go_plain(exc.nodes)
-                    return None
+            compiled = self._compile(graph_def, fetches, feeds, targets, options, label)
+            if compiled is None:  # the session switched to plain TensorFlow
+                return None
             del graph_def  # a frozen model's weights: not held while the compiled graph is imported
             run_graph_def = None
             if variant is not None or _shares_state(compiled.op_types()):
@@ -351,6 +344,23 @@ class _CachingSession:
             imported = Imported(scope, compiled.key, compiled.hit, variant_name, loss_scaled)
             self._signatures[(signature_key, variant_name)] = imported
             return imported
+
+    def _compile(self, graph_def: Any, fetches: tuple, feeds: tuple, targets: tuple, options: Any,
+                 label: str) -> CompiledGraph | None:
+        """One signature compiled through the cache (a CompiledGraph); None when the session went plain."""
+        cache = self._cache.get()
+        if cache.pending_writes:
+            # An earlier entry being written holds its payload and a compressed copy: not on top of Grappler's
+            # working copies (a miss's peak, compile/heap.py). Its first run is over: it is under way already.
+            cache.wait_for_writes()
+        try:
+            return cache.compile(graph_def, fetches, feeds, targets, options=options, name="session:" + label)
+        except UnsupportedGraphError as exc:
+            if self._signatures:  # state already lives in the run graph: compile this one uncached there
+                warn_once("resource_ops", f"graphcache: {exc}; compiling this signature without the cache")
+                return cache.compile_without_cache(graph_def, fetches, feeds, targets, options=options)
+            self._go_plain(exc.nodes)
+            return None
 
     def _go_plain(self, offending: list[tuple[str, str]]) -> None:
         self._plain = True

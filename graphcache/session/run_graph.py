@@ -21,9 +21,6 @@ The session that runs the graph is ``PlainSession``: TensorFlow's own class unde
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import functools
 import re
 import threading
 from dataclasses import dataclass
@@ -264,24 +261,6 @@ def user_node(name: str, user_graph: Any) -> Any:
         except (KeyError, ValueError):
             continue
     return None
-
-
-def release_freed_memory() -> None:
-    """Give the heap memory freed since the last call back to the OS (glibc's ``malloc_trim``; elsewhere a
-    no-op). Compiling and importing a frozen model allocates and frees several transient copies of its
-    weights (GraphDefs, Grappler's graphs, the entry); glibc keeps most of that freed memory in its heap,
-    where it would stay in the process's RSS (on ResNet50, ~1.3 GB after four signatures)."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-@functools.cache
-def _malloc_trim() -> Any:
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc
-        return None
 
 
 def _outputs(feeds: dict) -> dict:

@@ -1,0 +1,40 @@
+"""Giving freed heap memory back to the OS between the phases of a miss.
+
+A miss on a frozen model allocates and frees several transient copies of its weights: the GraphDefs the key
+is read from, the Grappler input, Grappler's own working graphs (inside TensorFlow's C++: ~1.2 GB over its
+input for ResNet50's 100 MB), the import into a run graph and the first run's executor. glibc keeps most of
+what is freed in its heap (blocks under its dynamic mmap threshold, which grows to 32 MB, stay there), and the
+next phase, partly on other threads and so in other malloc arenas, faults fresh memory on top of it.
+
+Where it pays (measured on a frozen ResNet50, benchmarks/session_memory.py, 4 fetch signatures of a
+graphcache.Session on an empty cache dir, median peak growth over 3 processes; plain TensorFlow +2,100 MB):
+- right after Grappler (pipeline.py), before the caller imports and runs the result: with the drop-in
+  Session's wait for earlier entries' writes (session/drop_in.py) +2,546 MB, without this trim +2,720 MB;
+- after a new signature's first run (session/drop_in.py), so the Session's RSS is what it keeps.
+Not right before Grappler: that gave no lower peak (+2,545 MB with it) and cost ~0.4 s per ResNet50 miss,
+Grappler faulting ~1 GB afresh instead of reusing the freed heap. ``malloc_trim`` itself takes 30-100 ms when
+it returns a GB; elsewhere than glibc this is a no-op.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+from typing import Any
+
+
+def release_freed_memory() -> None:
+    """Give the heap memory freed since the last call back to the OS (glibc's ``malloc_trim``; elsewhere a
+    no-op)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
