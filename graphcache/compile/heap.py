@@ -8,8 +8,10 @@ next phase, partly on other threads and so in other malloc arenas, faults fresh 
 
 Where it pays (measured on a frozen ResNet50, benchmarks/session_memory.py, 4 fetch signatures of a
 graphcache.Session on an empty cache dir, median peak growth over 3 processes; plain TensorFlow +2,100 MB):
-- right after Grappler (pipeline.py), before the caller imports and runs the result: with the drop-in
-  Session's wait for earlier entries' writes (session/drop_in.py) +2,546 MB, without this trim +2,720 MB;
+- right after a Session's miss compiled (session/drop_in.py), before it imports and runs the result next to
+  the signatures it holds: with the Session's wait for earlier entries' writes +2,546 MB, without this trim
+  +2,720 MB. Not after every miss (compile/pipeline.py): a lone compile peaks inside Grappler, which a later
+  trim does not lower, and the import and first run would fault afresh what the freed heap would have served;
 - after a new signature's first run (session/drop_in.py), so the Session's RSS is what it keeps.
 Not right before Grappler: that gave no lower peak (+2,545 MB with it) and cost ~0.4 s per ResNet50 miss,
 Grappler faulting ~1 GB afresh instead of reusing the freed heap. ``malloc_trim`` itself takes 30-100 ms when

@@ -15,7 +15,7 @@ from typing import Any
 
 from tensorflow.core.framework import graph_pb2
 
-from . import graphs, heap, importing, keys, validation
+from . import graphs, importing, keys, validation
 from .compilers import Compiler
 from .graphs import Signature
 
@@ -26,9 +26,6 @@ def compile_now(compiler: Compiler, source: graphs.Source, signature: Signature,
     start = time.perf_counter()
     tf_graph = source.tf_graph if source.tf_graph is not None else validation.validate(source.graph_def, signature)
     data = compiler.compile_serialized(source.graph_def, tf_graph, signature, options)
-    # Grappler's working copies, freed inside TensorFlow, go back to the OS before the caller imports and
-    # runs the result (compile/heap.py): else the import and the first run fault memory on top of them.
-    heap.release_freed_memory()
     graph_def = None
     if importing.library_bytes(data):  # library functions get content-derived names (keys.py)
         graph_def = graph_pb2.GraphDef.FromString(data)

@@ -354,13 +354,19 @@ class _CachingSession:
             # working copies (a miss's peak, compile/heap.py). Its first run is over: it is under way already.
             cache.wait_for_writes()
         try:
-            return cache.compile(graph_def, fetches, feeds, targets, options=options, name="session:" + label)
+            compiled = cache.compile(graph_def, fetches, feeds, targets, options=options, name="session:" + label)
         except UnsupportedGraphError as exc:
             if self._signatures:  # state already lives in the run graph: compile this one uncached there
                 warn_once("resource_ops", f"graphcache: {exc}; compiling this signature without the cache")
                 return cache.compile_without_cache(graph_def, fetches, feeds, targets, options=options)
             self._go_plain(exc.nodes)
             return None
+        if not compiled.hit:
+            # Grappler's working copies, freed inside TensorFlow, go back to the OS before this signature is
+            # imported next to the others and run (compile/heap.py): else the import and the first run fault
+            # memory on top of them. Only here: a lone compile peaks inside Grappler, and the trim costs time.
+            release_freed_memory()
+        return compiled
 
     def _go_plain(self, offending: list[tuple[str, str]]) -> None:
         self._plain = True
