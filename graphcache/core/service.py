@@ -103,7 +103,7 @@ class EntryService(RemoteSide):
         self.usage = PendingUsage(self._write_usage)  # what hits owe the index: uses, counts (core/usage.py)
         self.open_remote(settings)  # the remote tier and the fleet, where configured (core/remoteside.py)
         self.hooks = Hooks()
-        self.last_purge = PurgeResult(0, 0, ())
+        self._last_purge = PurgeResult(0, 0, ())
         self._writes = BackgroundWrites()
         warn_if_shared_writable(self.cache_dir)
         if not self.disabled and not self.read_only and not os.access(self.cache_dir, os.W_OK):
@@ -161,6 +161,12 @@ class EntryService(RemoteSide):
         opened = self.open_index()
         return None if opened is None else opened.index
 
+    @property
+    def last_purge(self) -> PurgeResult:
+        """What opening the index purged (stale versions, ``on_version_change="purge"``): reading it opens it."""
+        self.open_index()
+        return self._last_purge
+
     def _open(self) -> None:
         """Open the index (rebuilding it when unreadable, core/cachedir.py) and do the housekeeping a
         writable cache does once per process: tag the dir, index the entry files when the index is new,
@@ -184,7 +190,7 @@ class EntryService(RemoteSide):
             index.record_version(self.version, self.version_info,
                                  unless_within=min(VERSION_TOUCH, self.stale_after / 10))
             if self.on_version_change == "purge":
-                self.last_purge = purge_stale_versions(index, opened.store, self.version, self.stale_after)
+                self._last_purge = purge_stale_versions(index, opened.store, self.version, self.stale_after)
             opened.converge()
             if self.max_age is not None:
                 opened.evict(max_age=self.max_age)
