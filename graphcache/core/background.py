@@ -56,10 +56,10 @@ class BackgroundWrites:
             gate.set()
         thread = threading.Thread(target=self._run, args=(func, args, lock, gate, grace), name="graphcache-write",
                                   daemon=self._daemon)
-        with self._lock:
-            self._threads[thread] = gate
         _register(self, self._stage)
-        thread.start()
+        with self._lock:  # started under the lock: wait() in another thread never joins a thread not yet started
+            self._threads[thread] = gate
+            thread.start()
 
     def _run(self, func: Callable[..., Any], args: tuple[Any, ...], lock: Any, gate: threading.Event,
              grace: float) -> None:
@@ -86,7 +86,8 @@ class BackgroundWrites:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
-                threads = list(self._threads)
+                # not the current thread: a write that waits for writes (a flush from within one) cannot join itself
+                threads = [thread for thread in self._threads if thread is not threading.current_thread()]
                 for gate in self._threads.values():
                     gate.set()  # whoever waits wants the entries now
             if not threads:
@@ -105,9 +106,11 @@ def _register(writes: BackgroundWrites, stage: str) -> None:
     exits.at_exit(stage, wait_all)
 
 
-def wait_all() -> None:
-    """Join every pending background write of this process (runs at interpreter exit)."""
+def wait_all(stage: str | None = None) -> None:
+    """Join every pending background write of this process (runs at interpreter exit); with ``stage``, only
+    those of that exit stage (exits.py)."""
     with runtime.state.pending_lock:
         pending = list(runtime.state.writers)
     for writes in pending:
-        writes.wait()
+        if stage is None or writes._stage == stage:
+            writes.wait()

@@ -52,8 +52,7 @@ from .failures import fail_open, warn_once
 from .plugins import Hooks
 from .remoteside import RemoteSide
 from .settings import CacheSettings, resolve_cache_dir
-from .usage import PendingUsage, Use
-from .versioning import PurgeResult
+from .usage import PendingUsage, Use, write_all
 
 # Loaded where used: the index (and sqlite3) when it opens (open_index), a remote only where one is configured,
 # misses' records on writes. ``except failures.STORAGE_ERRORS`` names sqlite3's errors only once one is raised.
@@ -63,6 +62,7 @@ if TYPE_CHECKING:
     from .index import misses
     from .index.database import CacheIndex, IndexRow
     from .stats import Stats
+    from .versioning import PurgeResult
 
 log = logging.getLogger("graphcache")
 
@@ -103,7 +103,7 @@ class EntryService(RemoteSide):
         self.usage = PendingUsage(self._write_usage)  # what hits owe the index: uses, counts (core/usage.py)
         self.open_remote(settings)  # the remote tier and the fleet, where configured (core/remoteside.py)
         self.hooks = Hooks()
-        self._last_purge = PurgeResult(0, 0, ())
+        self._last_purge: PurgeResult | None = None  # set by _open when it purged
         self._writes = BackgroundWrites()
         warn_if_shared_writable(self.cache_dir)
         if not self.disabled and not self.read_only and not os.access(self.cache_dir, os.W_OK):
@@ -164,8 +164,10 @@ class EntryService(RemoteSide):
     @property
     def last_purge(self) -> PurgeResult:
         """What opening the index purged (stale versions, ``on_version_change="purge"``): reading it opens it."""
+        from .versioning import PurgeResult
+
         self.open_index()
-        return self._last_purge
+        return self._last_purge or PurgeResult(0, 0, ())
 
     def _open(self) -> None:
         """Open the index (rebuilding it when unreadable, core/cachedir.py) and do the housekeeping a
@@ -506,7 +508,7 @@ class EntryService(RemoteSide):
     def flush(self, timeout: float | None = None) -> bool:
         """Wait (at most ``timeout`` seconds in all) for background writes, then run the plugins' flush hooks
         (new XLA executables become entries, so they are uploaded too), then wait for uploads to the
-        remote; True when nothing is left pending.
+        remote, then write what lookups owe the index (core/usage.py); True when nothing is left pending.
 
         Uploads are also waited for at interpreter exit (up to a minute); call this where a process must not
         end before its entries are shared, e.g. at the end of a CI job that warms the remote.
@@ -527,6 +529,7 @@ class EntryService(RemoteSide):
     def management(self) -> CacheDir:
         """The cache dir's management view, with what this cache just wrote listed, counted and purgeable."""
         self.wait_for_writes()
+        write_all()  # what other caches of this process owe the index too (their hits show in these stats)
         opened = self.open_index()
         if opened is None:  # a read-only cache (or opening failed: this raises what it raises)
             with self._open_lock:

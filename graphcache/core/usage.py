@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from . import exits
-from .background import BackgroundWrites
+from .background import BackgroundWrites, wait_all
 
 if TYPE_CHECKING:
     from ..entry import codec
@@ -108,6 +108,12 @@ class PendingUsage:
     def wait(self, timeout: float | None = None) -> bool:
         """Start the waiting write now and wait for it (at most ``timeout`` seconds); True when none is left."""
         return self._writes.wait(timeout)
+
+
+def write_all() -> None:
+    """Write what lookups owe the index, for every cache of this process: a management call (``stats``) in
+    one GraphCache then sees the hits another GraphCache of the same process just served."""
+    wait_all(exits.INDEX)
 
 
 def write_usage(index: CacheIndex, counts: dict[str, float], uses: dict[str, Use]) -> None:
