@@ -129,9 +129,10 @@ class EntryService(RemoteSide):
         from .cachedir import CacheDir
 
         # No quick check at open: it reads every page of the index, every process would pay it (converge and
-        # verify check the pages; an operation that meets damage rebuilds the index).
+        # verify check the pages; an operation that meets damage rebuilds the index). A read-only view cannot
+        # rebuild: it checks at open, to list the entry files instead of failing later.
         cache = CacheDir(self.cache_dir, read_only=self.read_only, heal=not self.read_only, timeout=self.index_wait,
-                         quick_check=False)
+                         quick_check=self.read_only)
         cache.own_version = (self.version, self.version_info)
         return cache
 
@@ -246,7 +247,7 @@ class EntryService(RemoteSide):
         from .usage import write_usage
 
         try:
-            write_usage(index, counts, uses)
+            write_usage(index, counts, uses, self.has_entry)
         except IndexBusyError as exc:
             self.usage.give_back(counts, uses)
             if not self.strict:  # strict raises to a caller, and none waits for this write

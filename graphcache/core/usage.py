@@ -116,14 +116,17 @@ def write_all() -> None:
     wait_all(exits.INDEX)
 
 
-def write_usage(index: CacheIndex, counts: dict[str, float], uses: dict[str, Use]) -> None:
-    """Write ``uses`` (re-adding the rows the index lacks) and add ``counts``: two transactions. Raises what
-    the index raises; the counts are written last, so a caller that catches a busy index hands back all
-    of them (a use already written, written again, changes nothing)."""
+def write_usage(index: CacheIndex, counts: dict[str, float], uses: dict[str, Use],
+                exists: Callable[[str], bool]) -> None:
+    """Write ``uses`` (re-adding the rows the index lacks for entries still stored: ``exists``) and add
+    ``counts``: two transactions. Raises what the index raises; the counts are written last, so a caller that
+    catches a busy index hands back all of them (a use already written, written again, changes nothing)."""
     missing = index.touch_many({key: use.when for key, use in uses.items()})
     for key in missing:
         use = uses[key]
-        if use.header is not None:  # a row the index lacks: re-added as a write adds it
+        # A row the index lacks is re-added as a write adds it, unless the entry went meanwhile (another
+        # process purged or evicted it since the hit: its row must not come back without its file).
+        if use.header is not None and exists(key):
             from .index import misses
             from .index.schema import row_from_header
 
