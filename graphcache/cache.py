@@ -269,8 +269,9 @@ class GraphCache(EntryService):
             return None
         header, data = found
         self.count_lookup(kinds.GRAPH, hits=1, saved_seconds=header.compile_seconds)
+        # The hit's use and count are written once the caller's first run is over (core/usage.py)
         return CompiledGraph(key, True, None, header.compile_seconds, header.name or label, view.signature,
-                             serialized=data)
+                             serialized=data, write_gate=self.usage.gate)
 
     def _save(self, fp: keys.Fingerprint, data: bytes, seconds: float, signature: Signature, label: str,
               fast: str | None = None) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from .helpers import run_python
 
 # What `import graphcache; GraphCache(dir)` and a hit may not load: plugins, wings above the cache, the
@@ -36,7 +38,7 @@ NOT_AT_OPEN = (
 # A miss also compiles (the pipeline, validation), takes the key's lock, records the miss and its node table.
 ON_A_MISS = ("graphcache.compile.pipeline", "graphcache.compile.validation", "filelock", "graphcache.explain",
              "graphcache.core.index.misses")
-MODULE_BUDGET = 30  # graphcache modules that `import graphcache; GraphCache(dir)` loads (30 today)
+MODULE_BUDGET = 27  # graphcache modules `import graphcache; GraphCache(dir)` loads (27: the index loads at its first need)
 
 CHILD = '''
 import json, sys
@@ -130,3 +132,88 @@ def test_a_session_that_runs_plain_never_loads_the_compile_path(cache_dir):
     # "loaded" is taken before the child opens a GraphCache for its stats (dict values evaluate in order)
     assert _matches(out["loaded"], ("graphcache.cache", "graphcache.compile.canonical", "graphcache.compile.keys",
                                     "graphcache.core.service", "graphcache.compile.compilers")) == [], out["loaded"]
+
+
+# -- the index opens at its first need; a hit's uses and counts leave the caller's path ([lean] #23) -------------
+INDEX_MODULES = ("sqlite3", "graphcache.core.index.database")
+HIT_CHILD = '''
+import json, sys
+import numpy as np
+import tensorflow as tf
+graph = tf.Graph()
+with graph.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [None, 64], name="x")
+    tf.nn.relu(tf.matmul(x, tf.constant(np.ones((64, 64), np.float32))), name="y")
+graph_def = graph.as_graph_def()
+watched = {watched!r}
+before = [m for m in watched if m in sys.modules]
+import graphcache
+cache = graphcache.GraphCache({cache_dir!r})
+opened = [m for m in watched if m in sys.modules]
+compiled = cache.compile(graph_def, ["y:0"], ["x:0"])
+after = [m for m in watched if m in sys.modules]  # before the first run: the caller's critical path
+with compiled.session() as sess:
+    sess.run("y:0", {{"x:0": np.ones((1, 64), np.float32)}})
+print(json.dumps({{"before": before, "opened": opened, "after": after, "hit": compiled.hit}}))
+'''
+
+
+def _hit_child(cache_dir) -> dict:
+    return run_python(HIT_CHILD.format(cache_dir=str(cache_dir), watched=INDEX_MODULES))
+
+
+def test_opening_a_cache_and_a_hit_leave_the_index_for_later(cache_dir):
+    """``GraphCache(dir)`` on an existing dir and a hit up to its first run load neither sqlite3 nor the index;
+    the hit's use and count are written by the time the process has exited normally."""
+    from graphcache.core.cachedir import CacheDir
+
+    assert not _hit_child(cache_dir)["hit"]  # the miss stores the entry (and opens the index to do so)
+    [row] = CacheDir(cache_dir).entries()
+    hit = _hit_child(cache_dir)
+    assert hit["hit"] and hit["before"] == []
+    assert hit["opened"] == [] and hit["after"] == [], hit
+    later = CacheDir(cache_dir)
+    [used] = later.entries()
+    assert used.key == row.key and used.last_used > row.last_used  # the LRU position moved
+    stats = later.stats()
+    assert (stats.hits, stats.misses) == (1, 1)
+
+
+def test_a_hit_in_this_process_shows_in_its_stats_at_once(cache_dir, mlp):
+    """What a hit owes the index waits off the caller's path, but stats() (and flush()) in the same process
+    see it: they write it first."""
+    import graphcache
+
+    graphcache.GraphCache(cache_dir).compile(mlp.graph_def, mlp.fetches, mlp.feeds)  # a miss, then a hit
+    cache = graphcache.GraphCache(cache_dir)
+    assert cache.compile(mlp.graph_def, mlp.fetches, mlp.feeds).hit
+    assert cache.stats().hits == 1
+    assert cache.compile(mlp.graph_def, mlp.fetches, mlp.feeds).hit
+    assert cache.flush() and graphcache.GraphCache(cache_dir).stats().hits == 2
+
+
+DAMAGED_CHILD = '''
+import json, sys, warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import graphcache
+    cache = graphcache.GraphCache({cache_dir!r})
+    at_open = [str(w.message) for w in caught]
+    loaded = [m for m in {watched!r} if m in sys.modules]
+    stats = cache.stats()  # the first operation that needs the index
+print(json.dumps({{"at_open": at_open, "loaded": loaded, "entries": stats.entries,
+                  "warnings": [str(w.message) for w in caught]}}))
+'''
+
+
+@pytest.mark.parametrize("how", ["bit flips", "random bytes"])
+def test_a_damaged_index_is_rebuilt_with_one_warning_at_the_first_operation_that_needs_it(cache_dir, how):
+    from .test_index_healing import damage, write_entries
+
+    write_entries(cache_dir, 20)
+    damage(cache_dir, how)
+    out = run_python(DAMAGED_CHILD.format(cache_dir=str(cache_dir), watched=INDEX_MODULES))
+    assert out["at_open"] == [] and out["loaded"] == [], out
+    assert out["entries"] == 20
+    [warning] = [w for w in out["warnings"] if "graphcache" in w]
+    assert "rebuilt it from the entry files" in warning and "20 entries re-indexed" in warning, warning

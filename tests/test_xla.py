@@ -10,6 +10,7 @@ TensorFlow's format, without binding TensorFlow. The remote tests share a bucket
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -120,6 +121,14 @@ def cli_json(cache_dir: Path, *args: str):
     return json.loads(proc.stdout) if "--json" in args else proc.stdout
 
 
+def copy_cache(source: Path, target: Path) -> None:
+    """A copy of a cache dir this process opened: index connections of CacheDirs no longer referenced close
+    first (they sit in reference cycles until a collection; the last connection to close removes the WAL,
+    which must not happen mid-copy)."""
+    gc.collect()
+    shutil.copytree(source, target)
+
+
 def xla_rows(cache_dir: Path):
     return [row for row in CacheDir(cache_dir).entries() if row.kind == "xla"]
 
@@ -188,7 +197,7 @@ def test_second_process_loads_instead_of_compiling(shared):
 # -- a changed identity, stale purge -------------------------------------------------------------------------------
 def test_changed_identity_uses_a_new_directory_and_stale_purge_removes_the_old(shared, tmp_path):
     cache_dir = tmp_path / "cache"
-    shutil.copytree(shared["dir"], cache_dir)
+    copy_cache(shared["dir"], cache_dir)
     old_dir = cache_dir / Path(shared["first"]["dir"]).relative_to(shared["dir"])
     old_keys = {r.key for r in xla_rows(cache_dir)}
     upgraded = child(cache_dir, salt="upgrade", jit_first=True)
@@ -219,7 +228,7 @@ def _truncate(path: Path) -> None:
 
 def test_corrupt_files_are_moved_aside_and_rewritten(shared, tmp_path):
     cache_dir = tmp_path / "cache"
-    shutil.copytree(shared["dir"], cache_dir)
+    copy_cache(shared["dir"], cache_dir)
     xla_dir = cache_dir / Path(shared["first"]["dir"]).relative_to(shared["dir"])
     jit_files = sorted(xla_dir.glob("*.pb"))
     good = {p.name: p.read_bytes() for p in jit_files}
@@ -385,6 +394,7 @@ def test_sync_ingests_new_files_and_counts_hits(managed, cache):
     assert cache.read_entry(xla.entry_key(managed.id, new_name))[1] == new
     again = managed.sync()
     assert (again.ingested, again.hits) == (0, 0)  # a file counts once per process
+    cache.wait_for_writes()  # counts are written off the caller's path (core/usage.py); read by another CacheDir
     assert counters(cache.cache_dir) == {"xla_compiles": 2, "xla_hits": 1}
 
 

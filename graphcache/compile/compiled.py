@@ -55,19 +55,20 @@ class CompiledGraph:
         self._serialized = serialized
         self._exposed = False  # graph_def handed out: it may have been edited, the bytes may be stale
         self._lock = threading.Lock()
-        self._write_gate = write_gate  # a miss's entry write waits for it (core/background.py)
+        self._write_gate = write_gate  # a miss's entry write, a hit's use and count wait for it (core/background.py)
 
     @property
     def write_gate(self) -> threading.Event | None:
-        """What this miss's background entry write waits for (``first_run_done`` sets it); None when
-        nothing waits (a hit, or an entry written before ``compile()`` returned)."""
+        """What this graph's background write waits for (``first_run_done`` sets it): a miss's entry, a hit's
+        use and count (core/usage.py); None when nothing waits (written before ``compile()`` returned)."""
         return self._write_gate
 
     def first_run_done(self) -> None:
         """Say that the first run of this graph is over: a miss whose entry is written in the background
-        starts writing now, rather than competing with the import and the first run (it also starts after
-        a grace of at most a few seconds, and when the cache is flushed). ``session()`` and
-        graphcache.Session call it themselves; call it when you import ``graph_def`` yourself."""
+        starts writing now, rather than competing with the import and the first run (as does a hit's index
+        update; either also starts after a grace of at most a few seconds, and when the cache is flushed).
+        ``session()`` and graphcache.Session call it themselves; call it when you import ``graph_def``
+        yourself."""
         if self._write_gate is not None:
             self._write_gate.set()
 

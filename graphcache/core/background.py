@@ -34,11 +34,18 @@ log = logging.getLogger("graphcache")
 
 
 class BackgroundWrites:
-    """The pending background writes of one GraphCache."""
+    """The pending background writes of one GraphCache, joined at exit in exits.py's ``stage``.
 
-    def __init__(self) -> None:
+    ``daemon``: the threads do not hold up the interpreter's shutdown (which joins other threads before any
+    exit hook runs, so a write waiting out its grace would delay every exit): the exit drain opens their
+    gates and joins them instead. For writes the caller may lose to a SIGKILL (core/usage.py), not entries.
+    """
+
+    def __init__(self, *, daemon: bool = False, stage: str = exits.WRITES) -> None:
         self._threads: dict[threading.Thread, threading.Event] = {}  # each pending write and its gate
         self._lock = threading.Lock()
+        self._daemon = daemon
+        self._stage = stage
 
     def start(self, func: Callable[..., Any], *args: Any, lock: Any = None, gate: threading.Event | None = None,
               grace: float = 0.0) -> None:
@@ -47,11 +54,12 @@ class BackgroundWrites:
         gate = gate if gate is not None else threading.Event()
         if grace <= 0:
             gate.set()
-        thread = threading.Thread(target=self._run, args=(func, args, lock, gate, grace), name="graphcache-write")
-        with self._lock:
+        thread = threading.Thread(target=self._run, args=(func, args, lock, gate, grace), name="graphcache-write",
+                                  daemon=self._daemon)
+        _register(self, self._stage)
+        with self._lock:  # started under the lock: wait() in another thread never joins a thread not yet started
             self._threads[thread] = gate
-        _register(self)
-        thread.start()
+            thread.start()
 
     def _run(self, func: Callable[..., Any], args: tuple[Any, ...], lock: Any, gate: threading.Event,
              grace: float) -> None:
@@ -78,7 +86,8 @@ class BackgroundWrites:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
-                threads = list(self._threads)
+                # not the current thread: a write that waits for writes (a flush from within one) cannot join itself
+                threads = [thread for thread in self._threads if thread is not threading.current_thread()]
                 for gate in self._threads.values():
                     gate.set()  # whoever waits wants the entries now
             if not threads:
@@ -90,16 +99,18 @@ class BackgroundWrites:
                     return self.pending == 0
 
 
-def _register(writes: BackgroundWrites) -> None:
+def _register(writes: BackgroundWrites, stage: str) -> None:
     """A cache with pending writes is kept alive by its threads; runtime.state.writers holds it weakly."""
     with runtime.state.pending_lock:
         runtime.state.writers.add(writes)
-    exits.at_exit(exits.WRITES, wait_all)
+    exits.at_exit(stage, wait_all)
 
 
-def wait_all() -> None:
-    """Join every pending background write of this process (runs at interpreter exit)."""
+def wait_all(stage: str | None = None) -> None:
+    """Join every pending background write of this process (runs at interpreter exit); with ``stage``, only
+    those of that exit stage (exits.py)."""
     with runtime.state.pending_lock:
         pending = list(runtime.state.writers)
     for writes in pending:
-        writes.wait()
+        if stage is None or writes._stage == stage:
+            writes.wait()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import stat
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -38,42 +37,8 @@ if TYPE_CHECKING:  # loaded by the calls that use them (management: purge, ls, s
 
 log = logging.getLogger("graphcache")
 
-CACHEDIR_TAG = "CACHEDIR.TAG"
-_CACHEDIR_TAG_TEXT = (
-    "Signature: 8a477f597d28d172789f06886806bc55\n"
-    "# This file is a cache directory tag created by graphcache.\n"
-    "# For information about cache directory tags see https://bford.info/cachedir/\n"
-)
 CHECK_EVERY = 3600.0  # seconds between open-time checks of the index against the entry files, per cache dir
 HEAL_RETRY = 60.0  # seconds before a process tries again to rebuild an index it could not rebuild
-
-
-# -- finding and checking a cache dir ---------------------------------------------------------------------------
-def warn_if_shared_writable(path: Path) -> None:
-    """Anyone who can write the cache dir can plant entries other users will run: say so."""
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return
-    if mode & 0o022:
-        who = "other users" if mode & 0o002 else "its group"
-        warn_once("shared_writable", f"graphcache: cache dir {path} is writable by {who} (mode "
-                                     f"{stat.S_IMODE(mode):o}): anyone who can write it can plant entries this "
-                                     "process will run; use chmod 700, or set GRAPHCACHE_SIGNING_KEY")
-
-
-def is_read_only_fs(path: Path) -> bool:
-    try:
-        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-    except OSError:
-        return False
-
-
-def tag_cache_dir(path: Path) -> None:
-    """Write CACHEDIR.TAG once, so backup tools skip the folder."""
-    tag = path / CACHEDIR_TAG
-    if not tag.exists():
-        tag.write_text(_CACHEDIR_TAG_TEXT)
 
 
 class CacheDir:
@@ -84,12 +49,15 @@ class CacheDir:
     Otherwise ``problem`` says what is wrong and ``index`` is an index in memory built from the entry files
     (a read-only view), or None for a writable cache (which then serves its entry files without an index).
     ``timeout``: the longest wait for the index's write lock, and for another process's rebuild.
+    ``quick_check``: run SQLite's quick check when the index opens (core/index/database.py): the CLI's views
+    do; a GraphCache does not (its damage is found by the operation that reads it, or by ``converge``).
     """
 
     def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False, index: CacheIndex | None = None,
-                 heal: bool | None = None, warn: bool = True, timeout: float = 60.0) -> None:
+                 heal: bool | None = None, warn: bool = True, timeout: float = 60.0, quick_check: bool = True) -> None:
         self.root = Path(root)
         self.read_only = read_only
+        self.quick_check = quick_check
         self.store = LocalStore(self.root, read_only=read_only)
         self.heal = os.access(self.root, os.W_OK) if heal is None else heal
         self.warn = warn
@@ -127,7 +95,7 @@ class CacheDir:
 
     def _open_index(self) -> CacheIndex | None:
         try:
-            return CacheIndex(self.root, read_only=self.read_only, timeout=self.timeout)
+            return CacheIndex(self.root, read_only=self.read_only, timeout=self.timeout, quick_check=self.quick_check)
         except IndexCorruptError as exc:
             problem = str(exc)
         # rebuild.py is loaded for an unreadable index only
@@ -140,7 +108,7 @@ class CacheDir:
         self._warn(self.rebuilt)
         if self.rebuilt.usable:
             try:
-                index = CacheIndex(self.root, read_only=self.read_only, timeout=self.timeout)
+                index = CacheIndex(self.root, read_only=self.read_only, timeout=self.timeout, quick_check=self.quick_check)
             except IndexCorruptError as exc:  # damaged again at once: give up for this process
                 self.problem = str(exc)
             else:
@@ -191,7 +159,7 @@ class CacheDir:
         index = self.index
         try:
             if index is None or index.memory:
-                index = CacheIndex(self.root, timeout=self.timeout)
+                index = CacheIndex(self.root, timeout=self.timeout, quick_check=self.quick_check)
                 index.on_corrupt = self._on_corrupt
                 self.index = index
             else:

@@ -1,9 +1,10 @@
 """The one exit drain: what graphcache still owes at interpreter exit, done in order.
 
-Three kinds of work can be pending when the process ends: XLA executables TensorFlow wrote that are not
-entries yet (xla/), big entries still being written in the background (background.py), and uploads to
-the remote tier (core/tier.py). They depend on each other in one direction only: syncing XLA writes
-entries, writing entries queues uploads. So they run as ordered stages of one exit hook.
+Four kinds of work can be pending when the process ends: XLA executables TensorFlow wrote that are not
+entries yet (xla/), big entries still being written in the background (background.py), uploads to the
+remote tier (core/tier.py) and the uses and counts lookups owe the index (core/usage.py). They depend on
+each other in one direction only: syncing XLA writes entries, writing entries queues uploads, all of them
+count. So they run as ordered stages of one exit hook.
 
 The hook is registered lazily, when the first participant joins (nothing is registered in a process that
 never needs it), and registered again each time a new participant joins: atexit runs the most recently
@@ -27,8 +28,9 @@ XLA_SYNC = "xla_sync"  # TensorFlow's new XLA files become entries
 WRITES = "writes"  # entries written in the background are finished
 UPLOADS = "uploads"  # queued uploads to the remote are waited for (bounded)
 FUNCTIONS = "functions"  # new tf.function graphs become entries (before writes, like XLA)
+INDEX = "index"  # what lookups owe the index (uses, counts) is written (core/usage.py), uploads' counts included
 FLEET = "fleet"  # counters and misses are pushed to the fleet's Redis (core/fleetlog.py), uploads' counts included
-STAGES = (XLA_SYNC, FUNCTIONS, WRITES, UPLOADS, FLEET)
+STAGES = (XLA_SYNC, FUNCTIONS, WRITES, UPLOADS, INDEX, FLEET)
 
 
 def at_exit(stage: str, drain: Callable[[], None]) -> None:

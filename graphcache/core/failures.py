@@ -9,19 +9,33 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import sys
 import warnings
+from typing import Any
 
 from .. import runtime
 from ..errors import CacheIOError, GraphCacheWarning
 
 log = logging.getLogger("graphcache")
 
-# Errors that mean "the cache's storage failed" (the disk, the file system, the index database), as
-# opposed to a bug or a bad graph: only these are failed open.
-STORAGE_ERRORS: tuple[type[BaseException], ...] = (OSError, sqlite3.Error)
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+# Errors that mean "the cache's storage failed" (the disk, the file system, the index database), as
+# opposed to a bug or a bad graph: only these are failed open. ``STORAGE_ERRORS`` is (OSError, sqlite3.Error),
+# made at its first use.
+def __getattr__(name: str) -> Any:
+    """``STORAGE_ERRORS``, made when first asked for: it names sqlite3's Error, and importing sqlite3 (~3 ms)
+    is for processes that open the index, not for every ``GraphCache(dir)``. Code on that path refers to it
+    as ``failures.STORAGE_ERRORS`` inside ``except`` clauses, which Python evaluates only once something
+    was raised (and then loading sqlite3 costs nothing that matters)."""
+    if name == "STORAGE_ERRORS":
+        import sqlite3
+
+        errors: tuple[type[BaseException], ...] = (OSError, sqlite3.Error)
+        globals()[name] = errors  # later lookups find the module attribute without this hook
+        return errors
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def warn_once(kind: str, message: str) -> None:

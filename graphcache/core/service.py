@@ -18,9 +18,12 @@ here, so the checks, the index rows, the counters and the failure policy live in
   plugins' flush hooks (``hooks``, core/plugins.py) and uploads to the remote tier;
 - ``management()`` and the calls built on it (``stats``, ``entries``, ``purge``, ``clear``, ``verify``).
 
-Opening: a read-only cache (asked for, or a dir this process cannot write) serves hits without opening
-the index at all (no last-use updates, no counters: a read-only mount is never written, not even SQLite's
-``-shm`` file); management calls open it lazily.
+Opening: ``GraphCache(dir)`` checks the dir (writable, shared) and nothing more. The index (sqlite3
+included) opens at the first operation that needs it (``open_index``: a write, a miss's record, explain,
+management), with the once-per-process housekeeping. A hit needs none: the use and the count it owes the
+index wait in memory and are written off the caller's path (core/usage.py). A read-only cache (asked for, or
+a dir this process cannot write) never opens it to write (no last-use updates, no counters: a read-only
+mount is never written, not even SQLite's ``-shm`` file); management calls open it read-only.
 
 The index is an accelerator, never a gate: the entry files are served without it. An unreadable index is
 rebuilt from them (core/cachedir.py); a busy one (another process holds its write lock) costs one bounded
@@ -39,31 +42,27 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..entry import codec, kinds
-from ..entry.checked import CheckedEntry, check, read_checked
+from ..entry.checked import CheckedEntry, read_checked
 from ..errors import CacheIOError, CorruptEntryError, UntrustedEntryError
 from ..store.local import LocalStore
+from . import failures
 from .background import BackgroundWrites
-from .cachedir import (
-    CacheDir,
-    is_read_only_fs,
-    resolve_cache_dir,
-    row_from_header,
-    tag_cache_dir,
-    warn_if_shared_writable,
-)
-from .failures import STORAGE_ERRORS, fail_open, warn_once
-from .index.database import CacheIndex, IndexBusyError, IndexCorruptError, IndexRow
+from .dirchecks import is_read_only_fs, warn_if_shared_writable
+from .failures import fail_open, warn_once
 from .plugins import Hooks
-from .settings import CacheSettings
-from .versioning import PurgeResult, purge_stale_versions
+from .remoteside import RemoteSide
+from .settings import CacheSettings, resolve_cache_dir
+from .usage import PendingUsage, Use, write_all
 
-if TYPE_CHECKING:  # loaded where used: a remote only where one is configured, misses' records on writes
-    from ..store.base import Store
-    from .fleetlog import FleetLog
-    from .flight import Fleet, FleetSide, Guard
+# Loaded where used: the index (and sqlite3) when it opens (open_index), a remote only where one is configured,
+# misses' records on writes. ``except failures.STORAGE_ERRORS`` names sqlite3's errors only once one is raised.
+if TYPE_CHECKING:
+    from .cachedir import CacheDir
+    from .flight import Guard
     from .index import misses
+    from .index.database import CacheIndex, IndexRow
     from .stats import Stats
-    from .tier import RemoteTier
+    from .versioning import PurgeResult
 
 log = logging.getLogger("graphcache")
 
@@ -76,7 +75,7 @@ WITHOUT_INDEX = ("serving hits from the entry files and storing new ones, withou
                  "size cap or counters in this process)")
 
 
-class EntryService:
+class EntryService(RemoteSide):
     """The entries of one cache dir, for one compiler ``version`` (an id such as ``tf2.21.0-1a2b3c4d``;
     ``version_info`` describes it in the index's manifest). Safe to share between threads and processes."""
 
@@ -96,34 +95,16 @@ class EntryService:
         self.version = version
         self.version_info = version_info
         self.cache_dir = resolve_cache_dir(cache_dir)
-        self.dir: CacheDir | None = None
-        self.index: CacheIndex | None = None
+        self._dir: CacheDir | None = None  # the index's management view, once open_index opened it
+        self._opened = False  # open_index has run (whatever came of it)
+        self._opening = False  # ... and is running, in the thread that holds _open_lock
+        self._open_lock = threading.RLock()
         self.store = LocalStore(self.cache_dir, read_only=self.read_only)
-        self.remote: Store | None = None  # store/remote.py's RemoteStore (fsspec) or store/redis.py's RedisStore
-        self.tier: RemoteTier | None = None
-        self.fleet: Fleet | None = None  # cross-host single flight (core/flight.py)
-        self.fleet_side: FleetSide | None = None  # the fleet's Redis: leases, counters, misses (core/fleetlog.py)
-        self.fleet_log: FleetLog | None = None
-        if settings.remote and not self.disabled:
-            from ..store import open_remote
-            from .tier import RemoteTier
-
-            self.remote = open_remote(settings.remote, version=version, options=settings.store_options(settings.remote),
-                                      timeout=settings.remote_timeout, read_only=settings.remote_read_only)
-            self.tier = RemoteTier(self.remote, timeout=settings.remote_timeout,
-                                   retry_after=settings.remote_retry_after, on_failure=self._remote_failed,
-                                   on_upload=lambda size: self.count(uploads=1, upload_bytes=size),
-                                   max_size=settings.remote_max_size)  # the remote's budget (core/budget.py)
-            from .flight import open_fleet
-
-            self.fleet_side = open_fleet(settings, self.tier, version=version, on_failure=self._coordinator_failed)
-            if self.fleet_side is not None:
-                self.fleet, self.fleet_log = self.fleet_side.fleet, self.fleet_side.log
+        self.usage = PendingUsage(self._write_usage)  # what hits owe the index: uses, counts (core/usage.py)
+        self.open_remote(settings)  # the remote tier and the fleet, where configured (core/remoteside.py)
         self.hooks = Hooks()
-        self.last_purge = PurgeResult(0, 0, ())
+        self._last_purge: PurgeResult | None = None  # set by _open when it purged
         self._writes = BackgroundWrites()
-        self._pending: dict[str, float] = {}  # counts not yet written: the index was busy
-        self._pending_lock = threading.Lock()
         warn_if_shared_writable(self.cache_dir)
         if not self.disabled and not self.read_only and not os.access(self.cache_dir, os.W_OK):
             # A read-only mount (or someone else's dir): serve hits, store nothing, say so once.
@@ -133,8 +114,6 @@ class EntryService:
                                    "to say so and silence this")
             self.read_only = True
             self.store.read_only = True
-        if not self.disabled and not self.read_only:
-            self._open()
 
     @property
     def identity(self) -> dict[str, Any]:
@@ -147,39 +126,84 @@ class EntryService:
         return max(0.0, min(self.lock_timeout, INDEX_WAIT))
 
     def _management_dir(self) -> CacheDir:
-        cache = CacheDir(self.cache_dir, read_only=self.read_only, heal=not self.read_only, timeout=self.index_wait)
+        from .cachedir import CacheDir
+
+        # No quick check at open: it reads every page of the index, every process would pay it (converge and
+        # verify check the pages; an operation that meets damage rebuilds the index). A read-only view cannot
+        # rebuild: it checks at open, to list the entry files instead of failing later.
+        cache = CacheDir(self.cache_dir, read_only=self.read_only, heal=not self.read_only, timeout=self.index_wait,
+                         quick_check=self.read_only)
         cache.own_version = (self.version, self.version_info)
         return cache
+
+    def open_index(self) -> CacheDir | None:
+        """The cache dir's management view with its index (``dir``; ``index`` is its index), opened by the
+        first call: the first operation that needs the index, not ``GraphCache(dir)`` nor a hit. Threads race
+        here safely: one opens, the others wait for it. None: a read-only or disabled cache (management()
+        opens a read-only view), or opening failed (warned once; the run goes on without the index)."""
+        if not self._opened:
+            with self._open_lock:
+                if not self._opened and not self._opening:  # _opening: a call from within _open itself
+                    self._opening = True
+                    try:
+                        if not (self.disabled or self.read_only):
+                            self._open()
+                    finally:
+                        self._opening = False
+                        self._opened = True
+        return self._dir
+
+    @property
+    def dir(self) -> CacheDir | None:
+        return self.open_index()
+
+    @property
+    def index(self) -> CacheIndex | None:
+        opened = self.open_index()
+        return None if opened is None else opened.index
+
+    @property
+    def last_purge(self) -> PurgeResult:
+        """What opening the index purged (stale versions, ``on_version_change="purge"``): reading it opens it."""
+        from .versioning import PurgeResult
+
+        self.open_index()
+        return self._last_purge or PurgeResult(0, 0, ())
 
     def _open(self) -> None:
         """Open the index (rebuilding it when unreadable, core/cachedir.py) and do the housekeeping a
         writable cache does once per process: tag the dir, index the entry files when the index is new,
         record this version (hourly), purge stale versions, check the index against the files and remove
         temp files of dead writers when that is due (CacheDir.converge, hourly), evict by age."""
+        from .dirchecks import tag_cache_dir
+        from .versioning import purge_stale_versions
+
         try:
-            self.dir = self._management_dir()
-        except STORAGE_ERRORS as exc:
+            self._dir = opened = self._management_dir()
+        except failures.STORAGE_ERRORS as exc:
             self._index_failed("opening the cache index", exc)
             return
-        self.index = self.dir.index
-        if self.index is None:
+        index = opened.index
+        if index is None:
             return
         try:
             tag_cache_dir(self.cache_dir)
-            if self.index.created_now:
-                self.dir.index_files()
-            self.index.record_version(self.version, self.version_info,
-                                      unless_within=min(VERSION_TOUCH, self.stale_after / 10))
+            if index.created_now:
+                opened.index_files()
+            index.record_version(self.version, self.version_info,
+                                 unless_within=min(VERSION_TOUCH, self.stale_after / 10))
             if self.on_version_change == "purge":
-                self.last_purge = purge_stale_versions(self.index, self.dir.store, self.version, self.stale_after)
-            self.dir.converge()
+                self._last_purge = purge_stale_versions(index, opened.store, self.version, self.stale_after)
+            opened.converge()
             if self.max_age is not None:
-                self.dir.evict(max_age=self.max_age)
-        except STORAGE_ERRORS as exc:
+                opened.evict(max_age=self.max_age)
+        except failures.STORAGE_ERRORS as exc:
             self._index_failed("housekeeping on open", exc)
 
     def _index_failed(self, what: str, exc: BaseException) -> None:
         """An index operation failed: say so once, truthfully (hits are served either way)."""
+        from .index.database import IndexBusyError, IndexCorruptError
+
         if isinstance(exc, IndexCorruptError):
             return  # CacheDir warned once about the unreadable index and what it did about it
         if isinstance(exc, IndexBusyError):
@@ -189,32 +213,48 @@ class EntryService:
                                     "goes on without it: hits are still served and new entries stored, while LRU "
                                     "order, the size cap and counters catch up once the index is free")
             return
-        self.failure("io_error", f"{what}", exc, consequence=WITHOUT_INDEX if self.index is None else
+        without = self._dir is None or self._dir.index is None  # not self.index: this may run inside the open
+        self.failure("io_error", f"{what}", exc, consequence=WITHOUT_INDEX if without else
                      "the cache is still used; the index catches up later", uncacheable=False)
+
+    def _index_step_failed(self, what: str, exc: BaseException, verb: str = "update") -> None:
+        """A best-effort index step failed: a busy or unreadable index as _index_failed says, else warn once."""
+        from .index.database import IndexBusyError, IndexCorruptError
+
+        if isinstance(exc, IndexBusyError | IndexCorruptError):
+            self._index_failed(what, exc)
+        else:
+            warn_once("index", f"graphcache: could not {verb} the index in {self.cache_dir}: {exc}")
 
     # -- counters and the fail-open policy -----------------------------------------------------------------
     def count(self, **deltas: float) -> None:
-        """Add to the persistent counters (counters.py); a failing index warns once and is otherwise ignored.
-        While the index is busy the counts wait in memory for the next write that gets through. With a fleet,
-        they are also reported to it (batched, in the background: core/fleetlog.py), read-only or not."""
+        """Add to the persistent counters (counters.py): kept in memory and written off the caller's path
+        with the uses (core/usage.py: in the background, at flush(), management calls and exit). With a
+        fleet, they are also reported to it (batched, in the background: core/fleetlog.py), read-only or not."""
         if self.fleet_log is not None:
             self.fleet_log.count(deltas)
-        if self.index is None or self.read_only:
-            return
-        with self._pending_lock:
-            pending, self._pending = self._pending, {}
-        for name, value in deltas.items():
-            pending[name] = pending.get(name, 0) + value
+        if not (self.read_only or self.disabled):
+            self.usage.count(deltas)
+
+    def _write_usage(self, counts: dict[str, float], uses: dict[str, Use]) -> None:
+        """Write what lookups owe the index (PendingUsage calls this, off the caller's path), opening the index
+        first if nothing did. Fail open: a failing index warns once; while it is busy the counts wait for the
+        next write that gets through."""
+        index = self.index
+        if index is None:
+            return  # no index in this process: these are lost with it, as they always were
+        from .index.database import IndexBusyError, IndexCorruptError
+        from .usage import write_usage
+
         try:
-            self.index.add_counters(pending)
+            write_usage(index, counts, uses, self.has_entry)
         except IndexBusyError as exc:
-            with self._pending_lock:
-                for name, value in pending.items():
-                    self._pending[name] = self._pending.get(name, 0) + value
-            self._index_failed("updating the counters", exc)
+            self.usage.give_back(counts, uses)
+            if not self.strict:  # strict raises to a caller, and none waits for this write
+                self._index_failed("updating the counters", exc)
         except IndexCorruptError:
             pass  # warned where it was found; these counts are lost with the old index's
-        except STORAGE_ERRORS as exc:
+        except failures.STORAGE_ERRORS as exc:
             warn_once("stats", f"graphcache: could not update stats in {self.cache_dir}: {exc}")
 
     def count_lookup(self, kind: str, **deltas: float) -> None:
@@ -255,27 +295,20 @@ class EntryService:
         warn_once(reason, f"graphcache: entry {key} in {self.cache_dir} {warning} removed it and compiling again")
         self.count_uncacheable(reason, errors=1)
         if not self.read_only:
-            with contextlib.suppress(*STORAGE_ERRORS):
+            with contextlib.suppress(*failures.STORAGE_ERRORS):
                 self.store.delete(key)
-                if self.index is not None:
-                    self.index.remove([key])
+                index = self.index
+                if index is not None:
+                    index.remove([key])
 
     def touch(self, key: str, header: codec.EntryHeader | None = None, size: int = 0) -> None:
         """Record a use of ``key`` (its LRU position); a row the index lacks is re-added from ``header``.
-        Best effort: an index failure warns once and is otherwise ignored. The fleet hears of it too (its LRU)."""
+        Written off the caller's path with the counts (core/usage.py); best effort. The fleet hears of it
+        too (its LRU)."""
         if self.fleet_log is not None:
             self.fleet_log.used(key)
-        if self.index is None or self.read_only:
-            return
-        try:
-            if not self.index.touch(key) and header is not None:
-                from .index import misses  # a row the index lacks: re-added as a write adds it
-
-                misses.upsert_entry(self.index, row_from_header(header, size, time.time()), misses.graph_parts(header))
-        except (IndexBusyError, IndexCorruptError) as exc:
-            self._index_failed("recording a use", exc)
-        except STORAGE_ERRORS as exc:
-            warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
+        if not (self.read_only or self.disabled):
+            self.usage.use(key, header, size)
 
     # -- entries -------------------------------------------------------------------------------------------
     def read_entry(self, key: str, kind: str | None = None) -> tuple[codec.EntryHeader, bytes | memoryview] | None:
@@ -297,7 +330,7 @@ class EntryService:
         local store's, else the remote tier's (verified, then kept locally)."""
         try:
             entry = read_checked(self.store, key, signing_key=self.signing_key)
-        except STORAGE_ERRORS as exc:
+        except failures.STORAGE_ERRORS as exc:
             self.failure("io_error", f"reading entry {key}", exc)
             return None
         except UntrustedEntryError as exc:
@@ -309,47 +342,7 @@ class EntryService:
         if entry is not None:
             self.touch(key, entry.header, entry.size)
             return entry
-        return self._fetch(key) if self.tier is not None else None
-
-    def _fetch(self, key: str) -> CheckedEntry | None:
-        """A local miss asks the remote: its bytes checked, kept locally (not uploaded back), counted."""
-        assert self.tier is not None
-        data = self.tier.fetch(key)
-        entry = None if data is None else self._checked_remote(key, data)
-        if entry is None:
-            return None
-        self.write_entry(entry.header, entry.payload, share=False)
-        self.count(remote_hits=1, fetch_bytes=len(data))
-        log.info("graphcache: fetched %s (%d bytes) from %s", key, len(data), self.tier.name)
-        return entry
-
-    def _checked_remote(self, key: str, data: bytes) -> CheckedEntry | None:
-        """Remote bytes that passed every check a local read passes; None (counted, warned, remembered as a
-        miss) when they fail one."""
-        assert self.tier is not None
-        try:
-            return check(data, key, signing_key=self.signing_key)
-        except CorruptEntryError as exc:  # untrusted entries included
-            self.tier.remember_miss(key, corrupt=True)
-            self.count(remote_errors=1)
-            warn_once("remote_corrupt", f"graphcache: remote entry {key} in {self.tier.name} is corrupt ({exc}); "
-                                        "ignored it and compiling locally")
-            return None
-
-    def _remote_failed(self, what: str, exc: BaseException) -> None:
-        """The remote failed (the tier reports its first failure of an outage): warn once, count, go on."""
-        assert self.tier is not None
-        self.count(remote_errors=1)
-        warn_once("remote_error", f"graphcache: {what} failed on the remote cache {self.tier.name} "
-                                  f"({type(exc).__name__}: {exc}); skipping the remote for "
-                                  f"{self.tier.breaker.retry_after:g}s, the local cache still works")
-
-    def _coordinator_failed(self, what: str, exc: BaseException) -> None:
-        assert self.fleet_side is not None
-        self.count(remote_errors=1)
-        warn_once("coordinator_error", f"graphcache: {what} failed on the coordinator {self.fleet_side.tier.name} "
-                                       f"({type(exc).__name__}: {exc}); compiling without waiting for other "
-                                       f"machines for {self.fleet_side.tier.breaker.retry_after:g}s")
+        return self.fetch_remote(key) if self.tier is not None else None
 
     # -- single flight: this host's lock, then the fleet's lease (core/flight.py) ---------------------------
     def compile_guard(self, key: str) -> Guard:
@@ -364,39 +357,10 @@ class EntryService:
         except TimeoutError as exc:
             self.failure("lock_timeout", f"waiting {self.lock_timeout:.0f}s for the compile lock", exc)
             lock = None
-        except STORAGE_ERRORS as exc:
+        except failures.STORAGE_ERRORS as exc:
             self.failure("io_error", "taking the compile lock", exc)
             lock = None
         return Guard(key, lock, self.tier)
-
-    def join_fleet(self, guard: Guard) -> bool:
-        """Take the fleet's lease on ``guard.key`` (kept in ``guard.lease``) or wait for the machine that holds
-        it; True when the remote may hold the entry now: look it up again before compiling."""
-        if self.fleet is None:
-            return False
-        claim = self.fleet.claim(guard.key)
-        if claim.timed_out:
-            self.failure("lock_timeout", f"waiting {self.lock_timeout:.0f}s for another machine's compile of "
-                         f"{guard.key}", TimeoutError("the lease was still held"), consequence="compiling it here")
-        guard.lease = claim.lease
-        if claim.recheck and self.tier is not None:
-            self.tier.forget_miss(guard.key)
-        return claim.recheck
-
-    def pull_group(self, group: str) -> list[str]:
-        """Copy the entries the remote lists in ``group`` (entry/kinds.py) that the local store lacks; the
-        keys stored. Each is verified as a remote read is (a corrupt or untrusted object is refused, counted
-        and never kept); an outage costs one timeout and one warning."""
-        if self.tier is None or self.read_only:
-            return []
-        wanted = [key for key in self.tier.marked(group) if not self.has_entry(key)]
-        stored = []
-        for key, data in self.tier.fetch_many(wanted):
-            entry = self._checked_remote(key, data)
-            if entry is not None and self.write_entry(entry.header, entry.payload, share=False):
-                log.info("graphcache: fetched %s (%d bytes) from %s", key, len(data), self.tier.name)
-                stored.append(key)
-        return stored
 
     def write_entry(self, header: codec.EntryHeader, payload: bytes | memoryview, *, share: bool = True) -> bool:
         """Store an entry atomically, index it and enforce the size cap; False when it could not be stored.
@@ -406,22 +370,22 @@ class EntryService:
         try:
             parts = codec.encode_parts(header, payload, signing_key=self.signing_key)
             self.store.write_parts(header.key, parts)
-        except STORAGE_ERRORS as exc:
+        except failures.STORAGE_ERRORS as exc:
             self.failure("io_error", f"writing entry {header.key}", exc)
             return False
         size = sum(len(part) for part in parts)
         self.count(bytes_written=size)
-        if self.index is not None and self.dir is not None:
+        opened = self.open_index()  # the first write in this process opens the index
+        if opened is not None and opened.index is not None:
             from .index import misses
+            from .index.schema import row_from_header
 
             try:
-                misses.upsert_entry(self.index, row_from_header(header, size, header.created),
+                misses.upsert_entry(opened.index, row_from_header(header, size, header.created),
                                     misses.graph_parts(header))
-                self.dir.evict(max_size=self.max_size, max_age=self.max_age, keep=header.key)
-            except (IndexBusyError, IndexCorruptError) as exc:
-                self._index_failed("indexing a new entry", exc)
-            except STORAGE_ERRORS as exc:
-                warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
+                opened.evict(max_size=self.max_size, max_age=self.max_age, keep=header.key)
+            except failures.STORAGE_ERRORS as exc:
+                self._index_step_failed("indexing a new entry", exc)
         if share and self.tier is not None and not self.tier.read_only:
             self.tier.upload(header.key, b"".join(parts), kinds.group_of(header))
             if self.fleet_log is not None:
@@ -432,7 +396,7 @@ class EntryService:
         """Whether the local store holds ``key``'s entry (nothing is read or checked)."""
         try:
             return self.store.stat(key) is not None
-        except STORAGE_ERRORS:
+        except failures.STORAGE_ERRORS:
             return False
 
     def wait_for_entry(self, key: str) -> bool:
@@ -445,7 +409,7 @@ class EntryService:
                 if lock is not None:
                     with lock:
                         pass
-            except (TimeoutError, *STORAGE_ERRORS):
+            except (TimeoutError, *failures.STORAGE_ERRORS):
                 return False
         return self.has_entry(key)
 
@@ -453,11 +417,12 @@ class EntryService:
         """Whether a lookup of an entry of ``kind`` (this version) could find one: False only when there is no
         remote tier and the index holds no such row, so a caller can skip computing an expensive key for a
         lookup that must miss (a first-ever run on an empty cache). Unsure (no index, an index error): True."""
-        if self.tier is not None or self.index is None:
+        index = None if self.tier is not None else self.index
+        if index is None:
             return True
         try:
-            return bool(self.index.rows("kind = ? AND version = ?", (kind, self.version), order="key LIMIT 1"))
-        except STORAGE_ERRORS:
+            return bool(index.rows("kind = ? AND version = ?", (kind, self.version), order="key LIMIT 1"))
+        except failures.STORAGE_ERRORS:
             return True
 
     def entry_header(self, key: str) -> codec.EntryHeader | None:
@@ -465,13 +430,14 @@ class EntryService:
         try:
             head = self.store.read_head(key)
             return None if head is None else codec.peek_header(head)
-        except (CorruptEntryError, *STORAGE_ERRORS):
+        except (CorruptEntryError, *failures.STORAGE_ERRORS):
             return None
 
     # -- what explains misses (core/index/misses.py) ---------------------------------------------------------
     def _explain_index(self) -> CacheIndex | None:
-        if self.index is not None:
-            return self.index
+        index = self.index
+        if index is not None:
+            return index
         if self.disabled:
             return None
         return self.management().index  # a read-only cache: its index opened read-only, for explain
@@ -488,10 +454,8 @@ class EntryService:
                 return [], 0
             return misses.nearest(index, name, parts, exclude=exclude, limit=limit, everything=everything,
                                   header_of=self.entry_header)
-        except (IndexBusyError, IndexCorruptError) as exc:
-            self._index_failed("finding the entries nearest a miss", exc)
-        except STORAGE_ERRORS as exc:
-            warn_once("index", f"graphcache: could not read the index in {self.cache_dir}: {exc}")
+        except failures.STORAGE_ERRORS as exc:
+            self._index_step_failed("finding the entries nearest a miss", exc, verb="read")
         return [], 0
 
     def version_description(self, version: str) -> dict[str, Any] | None:
@@ -499,7 +463,7 @@ class EntryService:
         try:
             index = self._explain_index()
             found = index.versions().get(version) if index is not None else None
-        except (IndexBusyError, IndexCorruptError, *STORAGE_ERRORS):
+        except failures.STORAGE_ERRORS:  # the index's own errors included
             return None
         return found[0] if found is not None else None
 
@@ -509,16 +473,15 @@ class EntryService:
         if self.fleet_log is not None:
             self.fleet_log.missed({**miss.__dict__, "differs": list(miss.differs), "parts": parts or {},
                                    "version": self.version, "identity": self.identity})
-        if self.index is None or self.read_only:
+        index = None if self.read_only else self.index
+        if index is None:
             return
         from .index import misses
 
         try:
-            misses.record(self.index, miss)
-        except (IndexBusyError, IndexCorruptError) as exc:
-            self._index_failed("recording a miss", exc)
-        except STORAGE_ERRORS as exc:
-            warn_once("index", f"graphcache: could not update the index in {self.cache_dir}: {exc}")
+            misses.record(index, miss)
+        except failures.STORAGE_ERRORS as exc:
+            self._index_step_failed("recording a miss", exc)
 
     def start_write(self, func: Callable[..., Any], *args: Any, lock: Any = None,
                     gate: threading.Event | None = None, grace: float = 0.0) -> None:
@@ -532,9 +495,11 @@ class EntryService:
         return self._writes.pending
 
     def wait_for_writes(self, timeout: float | None = None) -> bool:
-        """Wait for entries this cache is writing in the background (big misses, see background.py);
-        True when none is left."""
-        return self._writes.wait(timeout)
+        """Wait for entries this cache is writing in the background (big misses, see background.py), then
+        write what lookups owe the index (core/usage.py); True when none is left."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        written = self._writes.wait(timeout)
+        return self.usage.wait(None if deadline is None else max(0.0, deadline - time.monotonic())) and written
 
     @property
     def pending_uploads(self) -> int:
@@ -544,7 +509,7 @@ class EntryService:
     def flush(self, timeout: float | None = None) -> bool:
         """Wait (at most ``timeout`` seconds in all) for background writes, then run the plugins' flush hooks
         (new XLA executables become entries, so they are uploaded too), then wait for uploads to the
-        remote; True when nothing is left pending.
+        remote, then write what lookups owe the index (core/usage.py); True when nothing is left pending.
 
         Uploads are also waited for at interpreter exit (up to a minute); call this where a process must not
         end before its entries are shared, e.g. at the end of a CI job that warms the remote.
@@ -552,22 +517,27 @@ class EntryService:
         deadline = None if timeout is None else time.monotonic() + timeout
         written = self.wait_for_writes(timeout)
         self.hooks.flush()
-        if self.tier is None:
-            return written
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        uploaded = self.tier.flush(left)
-        if self.fleet_log is not None:  # best effort: counters are not entries (a failed push is kept)
-            self.fleet_log.push()
-        return uploaded and written
+        uploaded = True
+        if self.tier is not None:
+            uploaded = self.tier.flush(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if self.fleet_log is not None:  # best effort: counters are not entries (a failed push is kept)
+                self.fleet_log.push()
+        # what the hooks and the uploads counted
+        counted = self.usage.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return uploaded and written and counted
 
     # -- management (the TF-free CacheDir) -------------------------------------------------------------------
     def management(self) -> CacheDir:
         """The cache dir's management view, with what this cache just wrote listed, counted and purgeable."""
         self.wait_for_writes()
-        if self.dir is None:
-            self.dir = self._management_dir()
-            self.index = self.dir.index
-        return self.dir
+        write_all()  # what other caches of this process owe the index too (their hits show in these stats)
+        opened = self.open_index()
+        if opened is None:  # a read-only cache (or opening failed: this raises what it raises)
+            with self._open_lock:
+                if self._dir is None:
+                    self._dir = self._management_dir()
+                opened = self._dir
+        return opened
 
     def stats(self) -> Stats:
         return self.management().stats(current_version=self.version, max_size=self.max_size)
@@ -590,9 +560,9 @@ class EntryService:
         return self.management().verify(fix=fix)
 
     def close(self) -> None:
-        """Release the index connection (a closed cache reopens it lazily for management calls)."""
+        """Release the index connection (a closed cache opens it again when an operation needs it)."""
         self.wait_for_writes()
-        if self.index is not None:
-            self.index.close()
-        self.index = None
-        self.dir = None
+        with self._open_lock:
+            if self._dir is not None and self._dir.index is not None:
+                self._dir.index.close()
+            self._dir, self._opened = None, False

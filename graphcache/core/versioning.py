@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..entry.kinds import VERSION_DIRS
-from .index.database import CacheIndex
 
 if TYPE_CHECKING:
     from ..store.local import LocalStore
+    from .index.database import CacheIndex
 
 log = logging.getLogger("graphcache")
 
