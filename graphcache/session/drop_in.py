@@ -349,9 +349,7 @@ class _CachingSession:
                  label: str) -> CompiledGraph | None:
         """One signature compiled through the cache (a CompiledGraph); None when the session went plain."""
         cache = self._cache.get()
-        if cache.pending_writes:
-            # An earlier entry being written holds its payload and a compressed copy: not on top of Grappler's
-            # working copies (a miss's peak, compile/heap.py). Its first run is over: it is under way already.
+        if cache.pending_writes:  # an earlier entry's write holds its payload: not during Grappler (heap.py)
             cache.wait_for_writes()
         try:
             compiled = cache.compile(graph_def, fetches, feeds, targets, options=options, name="session:" + label)
@@ -361,10 +359,7 @@ class _CachingSession:
                 return cache.compile_without_cache(graph_def, fetches, feeds, targets, options=options)
             self._go_plain(exc.nodes)
             return None
-        if not compiled.hit:
-            # Grappler's working copies, freed inside TensorFlow, go back to the OS before this signature is
-            # imported next to the others and run (compile/heap.py): else the import and the first run fault
-            # memory on top of them. Only here: a lone compile peaks inside Grappler, and the trim costs time.
+        if not compiled.hit:  # Grappler's freed working copies go back to the OS first (compile/heap.py)
             release_freed_memory()
         return compiled
 
