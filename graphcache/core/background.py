@@ -93,10 +93,14 @@ class BackgroundWrites:
             if not threads:
                 return True
             for thread in threads:
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                thread.join(left)
+                thread.join(time_left(deadline))
                 if deadline is not None and time.monotonic() >= deadline:
                     return self.pending == 0
+
+
+def time_left(deadline: float | None) -> float | None:
+    """Seconds until ``deadline`` (a time.monotonic() value), never below 0; None (no bound) for None."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 def _register(writes: BackgroundWrites, stage: str) -> None:

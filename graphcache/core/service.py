@@ -46,13 +46,13 @@ from ..entry.checked import CheckedEntry, read_checked
 from ..errors import CacheIOError, CorruptEntryError, UntrustedEntryError
 from ..store.local import LocalStore
 from . import failures
-from .background import BackgroundWrites
+from .background import BackgroundWrites, time_left
 from .dirchecks import is_read_only_fs, warn_if_shared_writable
 from .failures import fail_open, warn_once
 from .plugins import Hooks
 from .remoteside import RemoteSide
 from .settings import CacheSettings, resolve_cache_dir
-from .usage import PendingUsage, Use, write_all
+from .usage import PendingUsage, Use, write_all, write_usage
 
 # Loaded where used: the index (and sqlite3) when it opens (open_index), a remote only where one is configured,
 # misses' records on writes. ``except failures.STORAGE_ERRORS`` names sqlite3's errors only once one is raised.
@@ -244,7 +244,6 @@ class EntryService(RemoteSide):
         if index is None:
             return  # no index in this process: these are lost with it, as they always were
         from .index.database import IndexBusyError, IndexCorruptError
-        from .usage import write_usage
 
         try:
             write_usage(index, counts, uses, self.has_entry)
@@ -499,7 +498,7 @@ class EntryService(RemoteSide):
         write what lookups owe the index (core/usage.py); True when none is left."""
         deadline = None if timeout is None else time.monotonic() + timeout
         written = self._writes.wait(timeout)
-        return self.usage.wait(None if deadline is None else max(0.0, deadline - time.monotonic())) and written
+        return self.usage.wait(time_left(deadline)) and written
 
     @property
     def pending_uploads(self) -> int:
@@ -519,11 +518,11 @@ class EntryService(RemoteSide):
         self.hooks.flush()
         uploaded = True
         if self.tier is not None:
-            uploaded = self.tier.flush(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            uploaded = self.tier.flush(time_left(deadline))
             if self.fleet_log is not None:  # best effort: counters are not entries (a failed push is kept)
                 self.fleet_log.push()
         # what the hooks and the uploads counted
-        counted = self.usage.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        counted = self.usage.wait(time_left(deadline))
         return uploaded and written and counted
 
     # -- management (the TF-free CacheDir) -------------------------------------------------------------------

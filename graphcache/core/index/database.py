@@ -142,11 +142,13 @@ def _check_lines(conn: sqlite3.Connection, pragma: str) -> list[str]:
         conn.text_factory = strict
 
 
-def _quick_check(conn: sqlite3.Connection) -> None:
-    """SQLite's quick check (every page well-formed) and the stored schema against graphcache's."""
-    lines = _check_lines(conn, "quick_check")
-    if lines != ["ok"]:
-        raise IndexCorruptError(f"SQLite's quick check failed: {'; '.join(map(str, lines[:3]))}")
+def _quick_check(conn: sqlite3.Connection, pages: bool = True) -> None:
+    """SQLite's quick check (every page well-formed; ``pages=False`` skips it) and the stored schema against
+    graphcache's (sqlite_master alone: cheap whatever the index's size)."""
+    if pages:
+        lines = _check_lines(conn, "quick_check")
+        if lines != ["ok"]:
+            raise IndexCorruptError(f"SQLite's quick check failed: {'; '.join(map(str, lines[:3]))}")
     for problem in schema_problems(conn):
         raise IndexCorruptError(problem)
 
@@ -214,11 +216,8 @@ class CacheIndex:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
             self._migrate(conn, existed)
-            if self.quick_check and not self.memory:
-                _quick_check(conn)
-            elif not self.memory:  # the stored schema alone (sqlite_master): cheap whatever the index's size
-                for problem in schema_problems(conn):
-                    raise IndexCorruptError(problem)
+            if not self.memory:
+                _quick_check(conn, pages=self.quick_check)
             self.built = self._read_meta(conn, META_BUILT)
         except BaseException as exc:
             with contextlib.suppress(sqlite3.Error):
