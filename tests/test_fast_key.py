@@ -130,3 +130,49 @@ def test_the_fast_key_is_only_tried_where_hashing_bytes_beats_the_canonical_form
     assert fast is not None and fast == keys.exact_key(GraphView(small, signature), None, {})
     heavy = _chain(np.ones((16, 1024, 1024)), NODES)  # 64 MB first: ~0.1 s to serialize, a budget of ~9 ms
     assert keys.exact_key(GraphView(heavy, signature), None, {}) is None
+
+
+def test_other_bytes_of_a_compiled_graph_hit_by_the_canonical_key_and_get_their_own_alias(cache_dir):
+    """The same graph in other bytes (its nodes in another order) misses the fast key; the canonical key
+    finds the entry, nothing is compiled again, and the new bytes get an alias of their own."""
+    signature = [f"i{NODES - 1}:0"]
+    graph_def = _chain(np.arange(4), NODES)
+    reordered = type(graph_def)()
+    reordered.CopyFrom(graph_def)
+    reordered.node.reverse()
+    assert reordered.SerializeToString() != graph_def.SerializeToString()
+    first = GraphCache(cache_dir).compile(graph_def, signature)
+    cache = GraphCache(cache_dir)
+    found = cache.compile(reordered, signature)
+    assert not first.hit and found.hit and found.key == first.key
+    with found.session() as sess:
+        assert np.array_equal(sess.run(signature[0]), np.arange(4, dtype=np.float32))
+    cache.wait_for_writes()
+    assert cache.stats().compiles == 1
+    assert sorted(row.kind for row in cache.entries()) == [kinds.GRAPH, kinds.GRAPH_ALIAS, kinds.GRAPH_ALIAS]
+
+
+def test_an_invalid_node_heavy_graph_is_refused_and_nothing_is_stored(cache_dir):
+    from graphcache.errors import InvalidGraphError
+
+    graph_def = _chain(np.arange(4), NODES)
+    graph_def.node[-1].input[0] = "no_such_node"
+    cache = GraphCache(cache_dir)
+    try:
+        cache.compile(graph_def, [f"i{NODES - 1}:0"])
+        raise AssertionError("an input that names no node compiled")
+    except InvalidGraphError as exc:
+        assert "no_such_node" in str(exc)
+    cache.wait_for_writes()
+    assert cache.entries() == [] and cache.stats().compiles == 0
+
+
+def test_processes_missing_the_same_node_heavy_graph_at_once_compile_it_once(cache_dir):
+    """Single flight holds for graphs looked up by their fast key first."""
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda _: child(cache_dir), range(3)))
+    assert all(result["same"] for result in results)
+    assert sorted(result["hit"] for result in results) == [False, True, True]
+    assert GraphCache(cache_dir).stats().compiles == 1
