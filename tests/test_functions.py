@@ -141,6 +141,51 @@ def test_a_fast_key_miss_looks_the_canonical_key_up_only_where_an_entry_could_be
     assert again["value"] == cold["value"] and sorted(again["kinds"]) == sorted([KIND, ALIAS_KIND])
 
 
+TWO_FUNCTIONS = '''
+import json, sys, threading
+import tensorflow as tf
+import graphcache
+from graphcache.functions import keying
+
+on_caller = []  # canonical keys computed on the caller's thread (a lookup), not by the background write
+computed = keying.FunctionCall.canonical
+def canonical(self):
+    if threading.current_thread() is threading.main_thread() and self._canonical is None:
+        on_caller.append(self.name)
+    return computed(self)
+keying.FunctionCall.canonical = canonical
+
+cache = graphcache.GraphCache({cache_dir!r}, functions=True)
+first = run_deep(tf, 40, 0.5)
+cache.wait_for_writes()  # the first function's entry is stored before the second function's first call
+second = run_deep(tf, 50, 0.25)
+cache.wait_for_writes()
+print(json.dumps({{"on_caller": on_caller, "functions": cache.stats().functions,
+                  "values": [first["value"], second["value"]], "expected": [first["expected"], second["expected"]]}}))
+'''
+
+
+def two_functions(cache_dir: Path) -> dict:
+    return run_python(DEEP + TWO_FUNCTIONS.format(cache_dir=str(cache_dir)))
+
+
+def test_a_first_ever_run_never_computes_a_canonical_key_on_the_callers_path(cache_dir):
+    """On an empty cache dir nothing can hit but what this process stored itself (under aliases it wrote
+    too), so no function first call pays for the canonical key: the first finds an empty store, the second
+    finds only its predecessor's entry. A second process finds the entries by their fast keys."""
+    cold = two_functions(cache_dir)
+    assert cold["on_caller"] == [] and cold["functions"] == {"function_hits": 0, "function_compiles": 2}
+    assert cold["values"] == pytest.approx(cold["expected"], rel=1e-5)
+    warm = two_functions(cache_dir)
+    assert warm["on_caller"] == [] and warm["functions"] == {"function_hits": 2, "function_compiles": 2}
+    assert warm["values"] == cold["values"]
+    GraphCache(cache_dir).purge(  # without aliases, another process's entries are found by the canonical key
+        [row.key for row in GraphCache(cache_dir).entries() if row.kind == ALIAS_KIND])
+    by_canonical = two_functions(cache_dir)
+    assert len(by_canonical["on_caller"]) == 2 and by_canonical["values"] == cold["values"]
+    assert by_canonical["functions"] == {"function_hits": 4, "function_compiles": 2}
+
+
 def graphcache_cli(*args: str) -> str:
     proc = subprocess.run([sys.executable, "-m", "graphcache", *args], capture_output=True, text=True, cwd=ROOT,
                           timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -38,7 +38,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from ..entry import codec, kinds
@@ -412,17 +412,26 @@ class EntryService(RemoteSide):
                 return False
         return self.has_entry(key)
 
-    def may_hold(self, kind: str) -> bool:
-        """Whether a lookup of an entry of ``kind`` (this version) could find one: False only when there is no
-        remote tier and the index holds no such row, so a caller can skip computing an expensive key for a
-        lookup that must miss (a first-ever run on an empty cache). Unsure (no index, an index error): True."""
-        index = None if self.tier is not None else self.index
+    def may_hold(self, kind: str, besides: Collection[str] = ()) -> bool:
+        """Whether a lookup of an entry of ``kind`` (this version) could find one other than the keys in
+        ``besides`` (those the caller wrote itself): False only when there is no remote tier and the store
+        holds no entry, or the index no such row, so a caller can skip computing an expensive key for a
+        lookup that must miss (a first-ever run). Unsure (no index, an index error): True."""
+        if self.tier is not None:
+            return True
+        try:
+            if not besides and next(iter(self.store.scan()), None) is None:
+                return False  # an empty store (a first-ever run) needs no index to say so
+        except failures.STORAGE_ERRORS:
+            return True
+        index = self.index
         if index is None:
             return True
         try:
-            return bool(index.rows("kind = ? AND version = ?", (kind, self.version), order="key LIMIT 1"))
+            rows = index.rows("kind = ? AND version = ?", (kind, self.version), order=f"key LIMIT {len(besides) + 1}")
         except failures.STORAGE_ERRORS:
             return True
+        return any(row.key not in besides for row in rows)
 
     def entry_header(self, key: str) -> codec.EntryHeader | None:
         """A local entry's header, read alone (no payload, no checks beyond the header's own), or None."""

@@ -70,6 +70,7 @@ class FunctionCache:
         self._seen: set[tuple[Any, ...]] = set()
         self._lock = threading.Lock()
         self._identity_hash: str | None = None
+        self._stored: set[str] = set()  # keys of the function entries this process stored
         take_over_variable()
 
     def release(self) -> None:
@@ -131,7 +132,9 @@ class FunctionCache:
                 found = self._read_function(target, call)
                 if found is not None:
                     return found
-        if not self.cache.may_hold(KIND):  # nothing to find: the canonical key is left to the entry's write
+        # Nothing to find but this process's own entries (whose fast keys it aliased): the canonical key is
+        # left to the entry's write, off the caller's path (a first-ever run's functions after its first).
+        if not self.cache.may_hold(KIND, besides=self._stored):
             return None
         fingerprint = call.canonical()
         found = self._read_function(fingerprint.key, call)
@@ -235,6 +238,7 @@ class FunctionCache:
                    "inputs": len(call.fdef.signature.input_arg), "outputs": len(call.fdef.signature.output_arg),
                    "library": sorted(call.library)})
         if self.cache.write_entry(header, payload):
+            self._stored.add(fingerprint.key)
             self._write_alias(call, fingerprint.key)
             log.info("graphcache function stored %s key=%s %.3fs", call.name, fingerprint.key, seconds)
 
