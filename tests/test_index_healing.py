@@ -649,3 +649,23 @@ def test_random_damage_to_the_index_never_breaks_an_operation_and_verify_fix_con
     FAULTS.append("fuzzed index.db")
     record("index fuzzed", f"{FUZZ_VARIANTS} damaged copies of index.db ({outcomes}); every operation went on, "
                            "verify --fix left each clean and complete")
+
+
+def test_a_dropped_cache_dir_frees_its_index_and_connection_at_once(tmp_path):
+    """The index's corruption handler holds its CacheDir weakly: no reference cycle, so dropping the dir
+    frees the index (and closes its SQLite connection) without waiting for a garbage collection."""
+    import gc
+    import weakref
+
+    from graphcache.core.cachedir import CacheDir
+
+    (tmp_path / "cache").mkdir()
+    gc.disable()
+    try:
+        cache_dir = CacheDir(tmp_path / "cache")
+        index = weakref.ref(cache_dir.index)
+        assert index() is not None and index().on_corrupt is not None
+        del cache_dir
+        assert index() is None
+    finally:
+        gc.enable()

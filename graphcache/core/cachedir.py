@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -74,7 +75,7 @@ class CacheDir:
         if self.index is not None and not self.index.available:
             self.index = None
         if self.index is not None and not self.index.memory:
-            self.index.on_corrupt = self._on_corrupt
+            self.index.on_corrupt = self._corrupt_handler()
 
     def index_files(self) -> int:
         """Index the entry files into a new index (``index.created_now``: a first open, an index deleted or
@@ -93,9 +94,23 @@ class CacheDir:
     def index_path(self) -> Path:
         return self.root / INDEX_FILE
 
+    def _new_index(self, read_only: bool) -> CacheIndex:
+        return CacheIndex(self.root, read_only=read_only, timeout=self.timeout, quick_check=self.quick_check)
+
+    def _corrupt_handler(self) -> Callable[[IndexCorruptError], bool]:
+        """The index's ``on_corrupt``, holding this CacheDir weakly: an index that held its dir would make a
+        reference cycle, and a dropped CacheDir's connection would then close at the next garbage collection
+        rather than at once."""
+        method = weakref.WeakMethod(self._on_corrupt)
+
+        def on_corrupt(error: IndexCorruptError) -> bool:
+            handler = method()
+            return handler(error) if handler is not None else False
+        return on_corrupt
+
     def _open_index(self) -> CacheIndex | None:
         try:
-            return CacheIndex(self.root, read_only=self.read_only, timeout=self.timeout, quick_check=self.quick_check)
+            return self._new_index(self.read_only)
         except IndexCorruptError as exc:
             problem = str(exc)
         # rebuild.py is loaded for an unreadable index only
@@ -108,7 +123,7 @@ class CacheDir:
         self._warn(self.rebuilt)
         if self.rebuilt.usable:
             try:
-                index = CacheIndex(self.root, read_only=self.read_only, timeout=self.timeout, quick_check=self.quick_check)
+                index = self._new_index(self.read_only)
             except IndexCorruptError as exc:  # damaged again at once: give up for this process
                 self.problem = str(exc)
             else:
@@ -159,8 +174,8 @@ class CacheDir:
         index = self.index
         try:
             if index is None or index.memory:
-                index = CacheIndex(self.root, timeout=self.timeout, quick_check=self.quick_check)
-                index.on_corrupt = self._on_corrupt
+                index = self._new_index(read_only=False)
+                index.on_corrupt = self._corrupt_handler()
                 self.index = index
             else:
                 index.reopen()
