@@ -156,11 +156,14 @@ def test_version_change_purges_old_entries_when_stale(cache_dir, mlp):
 def test_recently_opened_version_keeps_its_entries(cache_dir, mlp):
     old = GraphCache(cache_dir, identity_salt="v1")
     key = old.compile(mlp.graph_def, mlp.fetches, mlp.feeds).key
-    GraphCache(cache_dir, identity_salt="v2")  # default stale_after: 24 h
+    # stats() opens the index, whose once-per-process housekeeping purges stale versions' entries
+    GraphCache(cache_dir, identity_salt="v2").stats()  # default stale_after: 24 h
     assert _entry_path(old, key).exists()
-    GraphCache(cache_dir, identity_salt="v2", stale_after=0, on_version_change="keep")
+    GraphCache(cache_dir, identity_salt="v2", stale_after=0, on_version_change="keep").stats()
     assert _entry_path(old, key).exists()
     assert GraphCache(cache_dir, identity_salt="v1").compile(mlp.graph_def, mlp.fetches, mlp.feeds).hit
+    GraphCache(cache_dir, identity_salt="v2", stale_after=0).stats()  # what the steps above did not do
+    assert not _entry_path(old, key).exists()
 
 
 def test_salt_from_environment_and_explicit_argument_wins(cache_dir, mlp, monkeypatch):
