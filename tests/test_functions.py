@@ -186,6 +186,24 @@ def test_a_first_ever_run_never_computes_a_canonical_key_on_the_callers_path(cac
     assert by_canonical["functions"] == {"function_hits": 4, "function_compiles": 2}
 
 
+def test_may_hold_tells_apart_the_callers_own_entries(cache_dir):
+    """EntryService.may_hold: an empty store says no without the index; a row the caller did not store says
+    maybe; the caller's own rows say no; too many of its own to compare cheaply say maybe."""
+    import time
+
+    from graphcache.core.service import MAY_HOLD_BESIDES
+    from graphcache.entry import kinds
+
+    cache = GraphCache(cache_dir)
+    assert not cache.may_hold(KIND)
+    key = "ab" * 16
+    header = codec.EntryHeader(key=key, version=cache.version, identity={}, name="f", kind=KIND, created=time.time())
+    assert cache.write_entry(header, b"payload")
+    assert cache.may_hold(KIND) and not cache.may_hold(KIND, besides={key}) and not cache.may_hold(kinds.GRAPH)
+    many = {key, *(f"{n:032x}" for n in range(MAY_HOLD_BESIDES))}
+    assert cache.may_hold(KIND, besides=many)
+
+
 def graphcache_cli(*args: str) -> str:
     proc = subprocess.run([sys.executable, "-m", "graphcache", *args], capture_output=True, text=True, cwd=ROOT,
                           timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -75,6 +75,11 @@ WITHOUT_INDEX = ("serving hits from the entry files and storing new ones, withou
                  "size cap or counters in this process)")
 
 
+# may_hold compares at most this many of the caller's own keys with the index's rows (one row each): past it,
+# the answer is "maybe" and the caller computes its key as it would without the check.
+MAY_HOLD_BESIDES = 256
+
+
 class EntryService(RemoteSide):
     """The entries of one cache dir, for one compiler ``version`` (an id such as ``tf2.21.0-1a2b3c4d``;
     ``version_info`` describes it in the index's manifest). Safe to share between threads and processes."""
@@ -416,8 +421,9 @@ class EntryService(RemoteSide):
         """Whether a lookup of an entry of ``kind`` (this version) could find one other than the keys in
         ``besides`` (those the caller wrote itself): False only when there is no remote tier and the store
         holds no entry, or the index no such row, so a caller can skip computing an expensive key for a
-        lookup that must miss (a first-ever run). Unsure (no index, an index error): True."""
-        if self.tier is not None:
+        lookup that must miss (a first-ever run). Unsure (no index, an index error, ``besides`` too many to
+        compare cheaply): True."""
+        if self.tier is not None or len(besides) > MAY_HOLD_BESIDES:
             return True
         try:
             if not besides and next(iter(self.store.scan()), None) is None:
