@@ -80,9 +80,8 @@ class CacheDir:
     def index_files(self) -> int:
         """Index the entry files into a new index (``index.created_now``: a first open, an index deleted or
         emptied); returns how many were indexed, and warns when an existing index file was found empty."""
-        with contextlib.closing(self.store.scan()) as files:
-            if next(files, None) is None:  # a new cache dir: nothing to index (and no audit to load)
-                return 0
+        if self.store.is_empty():  # a new cache dir: nothing to index (and no audit to load)
+            return 0
         added, _ = self.reconcile()
         if added and self.index is not None and self.index.was_empty and self.warn:
             warn_once("index_corrupt", f"graphcache: the cache index {self.index_path} was empty (truncated?); "

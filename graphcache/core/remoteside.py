@@ -99,17 +99,19 @@ class RemoteSide:
     def remote_failed(self, what: str, exc: BaseException) -> None:
         """The remote failed (the tier reports its first failure of an outage): warn once, count, go on."""
         assert self.tier is not None
-        self.count(remote_errors=1)
-        warn_once("remote_error", f"graphcache: {what} failed on the remote cache {self.tier.name} "
-                                  f"({type(exc).__name__}: {exc}); skipping the remote for "
-                                  f"{self.tier.breaker.retry_after:g}s, the local cache still works")
+        self._tier_failed("remote_error", f"the remote cache {self.tier.name}", what, exc,
+                          f"skipping the remote for {self.tier.breaker.retry_after:g}s, the local cache still works")
 
     def coordinator_failed(self, what: str, exc: BaseException) -> None:
+        """The coordinator failed (as remote_failed): compiles stop waiting for other machines meanwhile."""
         assert self.fleet_side is not None
+        tier = self.fleet_side.tier
+        self._tier_failed("coordinator_error", f"the coordinator {tier.name}", what, exc,
+                          f"compiling without waiting for other machines for {tier.breaker.retry_after:g}s")
+
+    def _tier_failed(self, kind: str, where: str, what: str, exc: BaseException, consequence: str) -> None:
         self.count(remote_errors=1)
-        warn_once("coordinator_error", f"graphcache: {what} failed on the coordinator {self.fleet_side.tier.name} "
-                                       f"({type(exc).__name__}: {exc}); compiling without waiting for other "
-                                       f"machines for {self.fleet_side.tier.breaker.retry_after:g}s")
+        warn_once(kind, f"graphcache: {what} failed on {where} ({type(exc).__name__}: {exc}); {consequence}")
 
     def join_fleet(self, guard: Guard) -> bool:
         """Take the fleet's lease on ``guard.key`` (kept in ``guard.lease``) or wait for the machine that holds

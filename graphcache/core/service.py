@@ -426,7 +426,7 @@ class EntryService(RemoteSide):
         if self.tier is not None or len(besides) > MAY_HOLD_BESIDES:
             return True
         try:
-            if not besides and next(iter(self.store.scan()), None) is None:
+            if not besides and self.store.is_empty():
                 return False  # an empty store (a first-ever run) needs no index to say so
         except failures.STORAGE_ERRORS:
             return True

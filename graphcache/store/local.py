@@ -150,6 +150,11 @@ class LocalStore(Store):
             return None
         return StoredFile(key, str(path), st.st_size, st.st_mtime)
 
+    def is_empty(self) -> bool:
+        """Whether the store holds no entry file (temp files aside): the first entry found ends the scan."""
+        with contextlib.closing(self.scan()) as files:
+            return next(files, None) is None
+
     def scan(self) -> Iterator[StoredFile]:
         """Every entry file (not temp files), in no particular order."""
         try:
