@@ -247,10 +247,11 @@ def child_lookup(model: str, cache_dir: str, optimized_path: str | None = None) 
     outputs = sess.run(files.fetches, feed)
     t4 = time.perf_counter()
     result = {"total": t4 - t0, "graphcache_import": ti - t0, "open": t1 - ti, "compile": t2 - t1,
-              "session": t3 - t2, "first_run": t4 - t3, "hit": compiled.hit, "key": compiled.key,
+              "session": t3 - t2, "first_run": t4 - t3, "hit": compiled.hit,
               # validation import + Grappler: this process's on a miss, the original compile's on a hit
               "compile_seconds": compiled.compile_seconds}
     result = _finish(result, sess, files, feed, outputs, usage)
+    result["key"] = compiled.key  # after the CPU counters: a first-ever miss's key is its write's (cache.py)
     if optimized_path is not None:
         result["prepare"] = _prepare(cache, compiled, graph_def, files, optimized_path)
     return result

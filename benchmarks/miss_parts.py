@@ -182,14 +182,19 @@ def _miss_parts(capture: StderrCapture, model: str, cache_dir: str) -> dict[str,
     fast = keys.exact_key(view, None, identity)  # tried first (graphs of 500+ nodes): its alias misses here
     if fast is not None and cache.read_entry(fast) is not None:
         raise RuntimeError(f"{cache_dir} already holds the alias {fast}: miss_parts needs an empty cache dir")
-    fp = keys.compute(view, None, identity, name=model)
+    # A first-ever run (an empty store, a fast key) leaves the canonical key to the entry's write (cache.py)
+    first_ever = fast is not None and cache.holds_nothing()
+    fp = None if first_ever else keys.compute(view, None, identity, name=model)
     steps.step("fingerprint")
-    if cache.read_graph(fp.key, view.op_types()) is not None:
+    if fp is not None and cache.read_graph(fp.key, view.op_types()) is not None:
         raise RuntimeError(f"{cache_dir} already holds {fp.key}: miss_parts needs an empty cache dir")
-    lock = cache.store.lock(fp.key, cache.lock_timeout)  # None: a store without locks
+    lock = cache.store.lock(fast if fp is None else fp.key, cache.lock_timeout)  # None: a store without locks
     if lock is not None:
         lock.acquire()
-    cache.read_graph(fp.key, view.op_types())
+    if fp is None:
+        cache.read_entry(fast)
+    else:
+        cache.read_graph(fp.key, view.op_types())
     cache.count(misses=1)
     steps.step("lookup")
     from graphcache.compile import validation
@@ -210,8 +215,6 @@ def _miss_parts(capture: StderrCapture, model: str, cache_dir: str) -> dict[str,
     from graphcache.entry import codec, kinds
 
     write_seconds: list[float] = []
-    header = codec.EntryHeader(key=fp.key, version=cache.version, identity=identity, name=model, kind=kinds.GRAPH,
-                               created=time.time(), key_parts=fp.parts, extra=signature.as_dict())
 
     # As GraphCache writes a big entry: in the background, once the caller's first run is over (the gate) or
     # after a grace, whichever comes first; the lock goes with the write.
@@ -221,11 +224,15 @@ def _miss_parts(capture: StderrCapture, model: str, cache_dir: str) -> dict[str,
         if wait:
             gate.wait(getattr(cache_module, "WRITE_GRACE", 0.0))
         start = time.perf_counter()
+        key = fp or keys.compute(view, None, identity, name=model)  # a first-ever miss's key: computed here
+        header = codec.EntryHeader(key=key.key, version=cache.version, identity=identity, name=model,
+                                   kind=kinds.GRAPH, created=time.time(), key_parts=key.parts,
+                                   extra=signature.as_dict())
         cache.write_entry(header, data)
         if fast is not None:  # and the fast key's alias, as GraphCache._save writes it after the entry
             alias = codec.EntryHeader(key=fast, version=cache.version, identity=identity, name=model,
-                                      kind=kinds.GRAPH_ALIAS, created=time.time(), extra={"target": fp.key})
-            cache.write_entry(alias, fp.key.encode("ascii"))
+                                      kind=kinds.GRAPH_ALIAS, created=time.time(), extra={"target": key.key})
+            cache.write_entry(alias, key.key.encode("ascii"))
         write_seconds.append(time.perf_counter() - start)
         if lock is not None:
             lock.release()
@@ -239,7 +246,7 @@ def _miss_parts(capture: StderrCapture, model: str, cache_dir: str) -> dict[str,
     steps.step("write")
     from graphcache.compile.compiled import CompiledGraph, runtime_config
 
-    compiled = CompiledGraph(fp.key, False, graph_def_out, 0.0, model, signature, serialized=data)
+    compiled = CompiledGraph(fp.key if fp else "", False, graph_def_out, 0.0, model, signature, serialized=data)
     graph = compiled.import_graph()
     steps.step("import")
     sess = tf.compat.v1.Session(graph=graph, config=runtime_config())

@@ -7,6 +7,10 @@
                    -> read again -> validate (import) -> Grappler -> encode -> atomic write -> index row
                    + counters -> upload -> release the lease
 
+A node-heavy graph is first looked up by its fast key (the exact bytes' hash, an alias of the canonical
+key). On a first-ever run (an empty store, no remote tier) its miss skips the canonical key, which cannot
+find anything there: the entry's write computes it after the caller's first run (``_compile_first_ever``).
+
 Fail open: any cache failure (I/O, corrupt entry, lock timeout, index trouble) warns once per process
 and kind of failure, is counted, and the graph is compiled normally. ``strict=True`` raises instead.
 """
@@ -33,7 +37,7 @@ from .errors import CorruptEntryError, InvalidGraphError, UnsupportedGraphError
 # methods that use it, at the first compile(): opening a cache does not load it.
 if TYPE_CHECKING:
     from .compile import graphs, keys
-    from .compile.compiled import CompiledGraph
+    from .compile.compiled import CompiledGraph, PendingKey
     from .compile.compilers import Compiler
     from .compile.graphs import GraphView, Signature
     from .core.flight import Guard
@@ -140,14 +144,17 @@ class GraphCache(EntryService):
             return CompiledGraph("", False, graph_def, seconds, label, view.signature, serialized=data)
         fast = keys.exact_key(view, options, self.identity)  # node-heavy graphs: exact bytes, then an alias
         compiled = self._load_alias(fast, view, label) if fast is not None else None
-        if compiled is None:
+        if compiled is None and fast is not None and not self.read_only and self.fleet is None \
+                and self.holds_nothing():
+            compiled = self._compile_first_ever(fast, source, view, options, label)
+        elif compiled is None:
             fp = keys.compute(view, options, self.identity, name=label)
             compiled = self._load(fp.key, view, label)
             if compiled is None:
                 compiled = self._compile_single_flight(fp, source, view, options, label, fast)
             elif fast is not None and not self.read_only:  # found by its canonical key: later processes by
                 self.start_write(self._write_alias, fast, fp.key, label)  # the fast one (off the caller's path)
-        log.info("graphcache %s %s key=%s %.3fs", "hit" if compiled.hit else "miss", label, compiled.key,
+        log.info("graphcache %s %s key=%s %.3fs", "hit" if compiled.hit else "miss", label, compiled.key_source,
                  time.perf_counter() - start)
         return compiled
 
@@ -193,7 +200,6 @@ class GraphCache(EntryService):
     def _compile_single_flight(self, fp: keys.Fingerprint, source: graphs.Source, view: GraphView,
                                options: Any, label: str, fast: str | None = None) -> CompiledGraph:
         from .compile.compiled import CompiledGraph
-        from .core import priority
 
         signature = view.signature
         if self.read_only:
@@ -213,23 +219,58 @@ class GraphCache(EntryService):
                     return compiled
             self.count_lookup(kinds.GRAPH, misses=1)
             graph_def, data, seconds = self._compile_now(source, signature, options)
-            self.count_lookup(kinds.GRAPH, compiles=1, compile_seconds=seconds)
-            gate = None
-            if guard.local is not None:
-                if len(data) >= BACKGROUND_WRITE_BYTES and not self.strict:
-                    # Written once the caller's first run is over (the gate) or after a grace; the locks go
-                    # with the write, so other processes wait for the entry instead of compiling it again.
-                    gate = threading.Event()
-                    self.start_write(priority.in_background(self._save), fp, data, seconds, signature, label,
-                                     fast, lock=guard, gate=gate, grace=WRITE_GRACE)
-                    guard = None
-                else:
-                    self._save(fp, data, seconds, signature, label, fast)
-            return CompiledGraph(fp.key, False, graph_def, seconds, label, signature, serialized=data,
-                                 write_gate=gate)
+            compiled, guard = self._store_compiled(guard, fp.key, fp, graph_def, data, seconds, signature, label,
+                                                   fast)
+            return compiled
         finally:
             if guard is not None:
                 guard.release()  # the local lock now, the lease once the entry is uploaded (core/flight.py)
+
+    def _compile_first_ever(self, fast: str, source: graphs.Source, view: GraphView, options: Any,
+                            label: str) -> CompiledGraph:
+        """The miss of a graph with a fast key (keys.exact_key) on an empty store with no remote tier (a
+        first-ever run): its canonical key cannot find anything, so it is computed by the entry's write, after
+        the caller's first run, or when the caller reads ``compiled.key`` (compiled.PendingKey). That takes the
+        canonical key's pass over every node (18-90 ms on MobileNetV2 to DenseNet121) off the miss. Single
+        flight holds under the fast key's lock: a process that waited for it finds the alias."""
+        from .compile import keys
+        from .compile.compiled import PendingKey
+
+        guard: Guard | None = self.compile_guard(fast)
+        try:
+            if guard.local is not None:
+                compiled = self._load_alias(fast, view, label)  # another process may have compiled it
+                if compiled is not None:
+                    return compiled
+            pending = PendingKey(lambda: keys.compute(view, options, self.identity, name=label))
+            self.count_lookup(kinds.GRAPH, misses=1)
+            graph_def, data, seconds = self._compile_now(source, view.signature, options)
+            compiled, guard = self._store_compiled(guard, pending, pending, graph_def, data, seconds,
+                                                   view.signature, label, fast)
+            return compiled
+        finally:
+            if guard is not None:
+                guard.release()
+
+    def _store_compiled(self, guard: Guard, key: str | PendingKey, fp: keys.Fingerprint | PendingKey,
+                        graph_def: Any, data: bytes, seconds: float, signature: Signature, label: str,
+                        fast: str | None) -> tuple[CompiledGraph, Guard | None]:
+        """Count a miss's compile and store its entry: (the result, the guard if the caller still holds it)."""
+        from .compile.compiled import CompiledGraph
+        from .core import priority
+
+        self.count_lookup(kinds.GRAPH, compiles=1, compile_seconds=seconds)
+        if guard.local is not None:
+            if len(data) >= BACKGROUND_WRITE_BYTES and not self.strict:
+                # Written once the caller's first run is over (the gate) or after a grace; the locks go with
+                # the write, so other processes wait for the entry instead of compiling it again.
+                gate = threading.Event()
+                self.start_write(priority.in_background(self._save), fp, data, seconds, signature, label,
+                                 fast, lock=guard, gate=gate, grace=WRITE_GRACE)
+                return CompiledGraph(key, False, graph_def, seconds, label, signature, serialized=data,
+                                     write_gate=gate), None
+            self._save(fp, data, seconds, signature, label, fast)
+        return CompiledGraph(key, False, graph_def, seconds, label, signature, serialized=data), guard
 
     def _compile_now(self, source: graphs.Source, signature: Signature, options: Any
                      ) -> tuple[Any, bytes, float]:
@@ -273,8 +314,12 @@ class GraphCache(EntryService):
         return CompiledGraph(key, True, None, header.compile_seconds, header.name or label, view.signature,
                              serialized=data, write_gate=self.usage.gate)
 
-    def _save(self, fp: keys.Fingerprint, data: bytes, seconds: float, signature: Signature, label: str,
-              fast: str | None = None) -> None:
+    def _save(self, fp: keys.Fingerprint | PendingKey, data: bytes, seconds: float, signature: Signature,
+              label: str, fast: str | None = None) -> None:
+        from .compile.compiled import PendingKey
+
+        if isinstance(fp, PendingKey):
+            fp = fp.fingerprint  # a first-ever miss's key, computed here if the caller has not read it
         extra = self.hooks.miss(self, plugins.MissEvent(fp, label, signature))  # e.g. explain/: a node table
         header = codec.EntryHeader(
             key=fp.key, version=self.version, identity=self.identity, name=label, kind=kinds.GRAPH,

@@ -119,8 +119,9 @@ def _chain(first_value, nodes: int):
 
 
 def test_the_fast_key_is_only_tried_where_hashing_bytes_beats_the_canonical_form():
-    """Node-heavy small graphs get a fast key; a graph whose bytes are mostly one large weight does not (its
-    hashing stops at the CPU budget, measured in this thread's CPU time: a loaded machine cannot turn it off)."""
+    """Node-heavy small graphs get a fast key; a graph whose bytes are mostly weights, over
+    keys.FAST_BYTES_PER_NODE a node, does not. The budget is in bytes, so the answer is the graph's own: a
+    graph just under it gets its key however slow this thread runs, one just over never does."""
     from graphcache.compile import keys
     from graphcache.compile.graphs import GraphView, Signature
 
@@ -128,8 +129,12 @@ def test_the_fast_key_is_only_tried_where_hashing_bytes_beats_the_canonical_form
     small = _chain(1.0, NODES)
     fast = keys.exact_key(GraphView(small, signature), None, {})
     assert fast is not None and fast == keys.exact_key(GraphView(small, signature), None, {})
-    heavy = _chain(np.ones((16, 1024, 1024)), NODES)  # 64 MB first: ~0.1 s to serialize, a budget of ~9 ms
-    assert keys.exact_key(GraphView(heavy, signature), None, {}) is None
+    budget = keys.FAST_BYTES_PER_NODE * (NODES + 1)  # the constant and NODES identities
+    under = _chain(np.ones(budget // 4 - 64 * (NODES + 1), np.float32), NODES)  # leaves room for the nodes
+    over = _chain(np.ones(budget // 4 + 1, np.float32), NODES)
+    assert under.ByteSize() <= budget < over.ByteSize()
+    assert keys.exact_key(GraphView(under, signature), None, {}) is not None
+    assert keys.exact_key(GraphView(over, signature), None, {}) is None
 
 
 def test_other_bytes_of_a_compiled_graph_hit_by_the_canonical_key_and_get_their_own_alias(cache_dir):
@@ -176,3 +181,44 @@ def test_processes_missing_the_same_node_heavy_graph_at_once_compile_it_once(cac
     assert all(result["same"] for result in results)
     assert sorted(result["hit"] for result in results) == [False, True, True]
     assert GraphCache(cache_dir).stats().compiles == 1
+
+
+def test_a_first_ever_miss_leaves_the_canonical_key_to_the_entry_write(cache_dir, tmp_path, monkeypatch):
+    """On an empty store without a remote, a canonical key cannot find anything: the miss compiles without
+    it, and the entry's write computes it once, after the first run; a caller reading ``compiled.key``
+    first computes it instead. Once the store holds an entry, a miss computes its key before compiling."""
+    import threading
+
+    from graphcache import cache as cache_module
+    from graphcache.compile import keys
+
+    monkeypatch.setattr(cache_module, "BACKGROUND_WRITE_BYTES", 0)  # written in the background, as big graphs are
+    threads: list[str] = []
+    compute = keys.compute
+
+    def recorded(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return compute(*args, **kwargs)
+
+    monkeypatch.setattr(keys, "compute", recorded)
+    signature = [f"i{NODES - 1}:0"]
+    graph_def = _chain(np.arange(4), NODES)
+    cache = GraphCache(cache_dir)
+    compiled = cache.compile(graph_def, signature)
+    assert threads == [] and not compiled.hit
+    with compiled.session() as sess:
+        assert np.array_equal(sess.run(signature[0]), np.arange(4, dtype=np.float32))
+    cache.wait_for_writes()
+    assert threads == ["graphcache-write"]
+    stored = {row.kind: row.key for row in cache.entries()}
+    assert compiled.key == stored[kinds.GRAPH] and sorted(stored) == [kinds.GRAPH, kinds.GRAPH_ALIAS]
+
+    changed = _chain(np.arange(4) + 1, NODES)  # the store is not empty now: keyed before compiling
+    assert not cache.compile(changed, signature).hit and threads[-1] == "MainThread"
+    cache.wait_for_writes()
+
+    (tmp_path / "elsewhere").mkdir()
+    other = GraphCache(tmp_path / "elsewhere")
+    assert other.compile(graph_def, signature).key == compiled.key  # read at once: by the caller, once
+    other.wait_for_writes()
+    assert threads[-1] == "MainThread" and threads.count("graphcache-write") == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from tensorflow.core.framework import graph_pb2
@@ -29,6 +30,31 @@ def runtime_config(config: Any = None) -> config_pb2.ConfigProto:
     return out
 
 
+class PendingKey:
+    """A graph's canonical key, computed once by whoever needs it first: the entry's write in the background or
+    a caller reading ``CompiledGraph.key`` (cache.py: a first-ever run's miss leaves it off the caller's path)."""
+
+    def __init__(self, compute: Callable[[], Any]) -> None:
+        self._compute: Callable[[], Any] | None = compute
+        self._fingerprint: Any = None  # keys.Fingerprint
+        self._lock = threading.Lock()
+
+    @property
+    def fingerprint(self) -> Any:
+        with self._lock:
+            if self._fingerprint is None:
+                assert self._compute is not None
+                self._fingerprint, self._compute = self._compute(), None  # what it held (the graph) is let go
+            return self._fingerprint
+
+    @property
+    def key(self) -> str:
+        return self.fingerprint.key
+
+    def __str__(self) -> str:  # log lines format it only when they are emitted
+        return self.key
+
+
 class CompiledGraph:
     """The result of ``GraphCache.compile``.
 
@@ -41,12 +67,12 @@ class CompiledGraph:
     have changed it), imports use the GraphDef instead.
     """
 
-    def __init__(self, key: str, hit: bool, graph_def: graph_pb2.GraphDef | None, compile_seconds: float,
-                 name: str, signature: Signature, *, serialized: bytes | None = None,
+    def __init__(self, key: str | PendingKey, hit: bool, graph_def: graph_pb2.GraphDef | None,
+                 compile_seconds: float, name: str, signature: Signature, *, serialized: bytes | None = None,
                  write_gate: threading.Event | None = None) -> None:
         if graph_def is None and serialized is None:
             raise ValueError("a CompiledGraph needs its graph_def or its serialized bytes")
-        self.key = key
+        self.key_source = key  # the key, or the PendingKey that computes it when first read
         self.hit = hit
         self.compile_seconds = compile_seconds
         self.name = name
@@ -56,6 +82,11 @@ class CompiledGraph:
         self._exposed = False  # graph_def handed out: it may have been edited, the bytes may be stale
         self._lock = threading.Lock()
         self._write_gate = write_gate  # a miss's entry write, a hit's use and count wait for it (core/background.py)
+
+    @property
+    def key(self) -> str:
+        """The entry's key ("" when the cache was bypassed)."""
+        return self.key_source if isinstance(self.key_source, str) else self.key_source.key
 
     @property
     def write_gate(self) -> threading.Event | None:

@@ -8,7 +8,6 @@ scan both walk.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -82,22 +81,24 @@ def serialized_pieces(graph_def: graph_pb2.GraphDef) -> list[bytes]:
     return pieces
 
 
-def exact_hash(graph_def: graph_pb2.GraphDef, cpu_budget: float | None = None) -> str | None:
+def exact_hash(graph_def: graph_pb2.GraphDef, byte_budget: int | None = None) -> str | None:
     """The xxh3-128 of ``graph_def``'s serialization, hashed piece by piece as serialized_pieces writes it
     (nodes, library, the rest; no copy of the whole graph) in protobuf's deterministic form (map entries in
-    key order; upb's map order otherwise changes from process to process), or None once this thread has spent
-    ``cpu_budget`` seconds of CPU time on it. CPU time, not wall time: other processes on a loaded machine, or
-    this one's own threads, must not turn a sound fast key off. Exact bytes, names included: equal hashes
+    key order; upb's map order otherwise changes from process to process), or None once its nodes' bytes pass
+    ``byte_budget``. A budget in bytes, not time: the answer is the graph's alone, the same in every process
+    however loaded its machine (compile/keys.exact_key locks on it). Exact bytes, names included: equal hashes
     mean equal graphs."""
     hasher = xxhash.xxh3_128()
-    update, clock = hasher.update, time.thread_time
-    deadline = None if cpu_budget is None else clock() + cpu_budget
-    for index, node in enumerate(graph_def.node):
+    update = hasher.update
+    left = byte_budget
+    for node in graph_def.node:
         data = node.SerializeToString(deterministic=True)  # attr maps in key order: the same in every process
+        if left is not None:
+            left -= len(data)
+            if left < 0:
+                return None
         update(len(data).to_bytes(8, "little"))
         update(data)
-        if deadline is not None and not index & 63 and clock() > deadline:
-            return None
     if graph_def.HasField("library"):
         update(b"library")
         update(graph_def.library.SerializeToString(deterministic=True))

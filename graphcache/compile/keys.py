@@ -36,9 +36,13 @@ PART_ORDER = ("graph", "feeds", "fetches", "targets", "options", "identity")
 # The fast key (exact_key) is tried on graphs of at least this many nodes: smaller ones canonicalize in a few
 # milliseconds, less than an alias entry's read costs.
 FAST_MIN_NODES = 500
-# What canonical ids cost per node (measured on keras.applications models, TF 2.21, these 2-core machines:
-# NASNetMobile 4,588 nodes 92 ms, DenseNet121 3,521 nodes 68 ms): the budget of the fast key's hashing.
-CANONICAL_SECONDS_PER_NODE = 16e-6
+# The fast key's budget, in serialized bytes per node. Canonical ids cost ~16 us of Python work a node
+# (keras.applications models, TF 2.21, these 2-core machines: NASNetMobile 4,588 nodes 92 ms, DenseNet121
+# 3,521 nodes 68 ms); exact bytes cost ~2 us a node plus ~0.18 ms a MB (NASNetMobile 22 MB 13.6 ms, ResNet50
+# 103 MB 22 ms), so they are cheaper up to ~78 KB a node. ResNet50 (56 KB a node) gets a fast key, Xception
+# (99 KB) does not. Bytes, not time, so the choice is the graph's own and every miss of a graph locks the
+# same key (a time budget once flipped under load, and a graph was compiled twice).
+FAST_BYTES_PER_NODE = 64 * 1024
 
 class Fingerprint:
     """A key and its named parts (part name -> that part's own xxh3-128 hex digest); for graphs also each
@@ -110,12 +114,12 @@ def exact_key(view: GraphView, options: Any, identity: dict[str, Any]) -> str | 
     exact serialization (graphs.exact_hash: names included, so sound, just stricter), mapped to the
     canonical key by an alias entry (cache.py). Canonical ids cost Python work per node (~16 us), exact bytes
     mostly a copy per byte, so the fast key pays on graphs of many small nodes and not on a few huge
-    weights: None for graphs under FAST_MIN_NODES nodes, and once hashing the bytes has taken as much CPU time
-    as the canonical form would (weight-heavy graphs), so a hit never pays much more than the canonical key."""
+    weights: None for graphs under FAST_MIN_NODES nodes, and for graphs over FAST_BYTES_PER_NODE serialized
+    bytes a node (weight-heavy graphs, whose bytes cost more to hash than their canonical form)."""
     graph_def = view.graph_def
     if len(graph_def.node) < FAST_MIN_NODES:
         return None
-    exact = exact_hash(graph_def, cpu_budget=CANONICAL_SECONDS_PER_NODE * len(graph_def.node))
+    exact = exact_hash(graph_def, byte_budget=FAST_BYTES_PER_NODE * len(graph_def.node))
     if exact is None:
         return None
     return combine(_parts("exact:" + exact, view.signature, options, identity), PART_ORDER)

@@ -404,9 +404,12 @@ class EntryService(RemoteSide):
             return False
 
     def wait_for_entry(self, key: str) -> bool:
-        """Whether ``key``'s entry is stored, once a compile of it in progress has finished. A compile
-        holds the key's lock until its entry is stored (cache.py, background.py), so taking the lock waits
-        for exactly that, from any thread or process (``wait_for_writes`` waits for every write)."""
+        """Whether ``key``'s entry is stored, once a compile of it in progress has finished: this process's
+        background writes are waited for, then the key's lock, which a compile holds until its entry is
+        stored (cache.py, background.py), so that waits for another process's compile. (A first-ever run's
+        miss holds its fast key's lock instead: another process waiting on the canonical key's sees it free.)"""
+        if not self.has_entry(key):  # this process's own background write of it (under any key's lock)
+            self._writes.wait(self.lock_timeout)
         if not self.has_entry(key):
             try:
                 lock = self.store.lock(key, self.lock_timeout)
@@ -417,6 +420,16 @@ class EntryService(RemoteSide):
                 return False
         return self.has_entry(key)
 
+    def holds_nothing(self) -> bool:
+        """True when no lookup can find an entry: no remote tier, and the local store holds no entry file (a
+        first-ever run). Read from the store's directory, not the index (which is not opened for it)."""
+        if self.tier is not None:
+            return False
+        try:
+            return self.store.is_empty()
+        except failures.STORAGE_ERRORS:
+            return False
+
     def may_hold(self, kind: str, besides: Collection[str] = ()) -> bool:
         """Whether a lookup of an entry of ``kind`` (this version) could find one other than the keys in
         ``besides`` (those the caller wrote itself): False only when there is no remote tier and the store
@@ -425,11 +438,8 @@ class EntryService(RemoteSide):
         compare cheaply): True."""
         if self.tier is not None or len(besides) > MAY_HOLD_BESIDES:
             return True
-        try:
-            if not besides and self.store.is_empty():
-                return False  # an empty store (a first-ever run) needs no index to say so
-        except failures.STORAGE_ERRORS:
-            return True
+        if not besides and self.holds_nothing():
+            return False  # an empty store (a first-ever run) needs no index to say so
         index = self.index
         if index is None:
             return True

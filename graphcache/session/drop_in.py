@@ -341,7 +341,7 @@ class _CachingSession:
             scope = f"graphcache_{next(self._scope_ids)}"  # unique in this session's run graph
             keep = {name.rpartition(":")[0] for name in (*feeds, *fetches)} | set(targets)
             self._runner.add(compiled, scope, keep, run_graph_def)
-            imported = Imported(scope, compiled.key, compiled.hit, variant_name, loss_scaled)
+            imported = Imported(scope, compiled.key_source, compiled.hit, variant_name, loss_scaled)
             self._signatures[(signature_key, variant_name)] = imported
             return imported
 

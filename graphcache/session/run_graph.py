@@ -48,10 +48,14 @@ class Imported:
     """One compiled signature imported into the run graph under ``scope``."""
 
     scope: str
-    key: str
+    key_source: Any  # the entry's key, or the PendingKey that computes it when first read (CompiledGraph's)
     hit: bool
     variant: str = ""  # "" for the original precision, else the mixed-precision rewriter's name
     loss_scaled: bool = False  # feeds accelerate.LOSS_SCALE_FEED and fetches accelerate.ALL_FINITE_FETCH
+
+    @property
+    def key(self) -> str:
+        return self.key_source if isinstance(self.key_source, str) else self.key_source.key
 
     def name(self, original: str) -> str:
         return f"{self.scope}/{original}"
