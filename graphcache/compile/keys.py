@@ -37,12 +37,13 @@ PART_ORDER = ("graph", "feeds", "fetches", "targets", "options", "identity")
 # milliseconds, less than an alias entry's read costs.
 FAST_MIN_NODES = 500
 # The fast key's budget, in serialized bytes per node. Canonical ids cost ~16 us of Python work a node
-# (keras.applications models, TF 2.21, these 2-core machines: NASNetMobile 4,588 nodes 92 ms, DenseNet121
-# 3,521 nodes 68 ms); exact bytes cost ~2 us a node plus ~0.18 ms a MB (NASNetMobile 22 MB 13.6 ms, ResNet50
-# 103 MB 22 ms), so they are cheaper up to ~78 KB a node. ResNet50 (56 KB a node) gets a fast key, Xception
-# (99 KB) does not. Bytes, not time, so the choice is the graph's own and every miss of a graph locks the
-# same key (a time budget once flipped under load, and a graph was compiled twice).
-FAST_BYTES_PER_NODE = 64 * 1024
+# (keras.applications models, TF 2.21, these 2-core machines: NASNetMobile 4,588 nodes 87 ms, DenseNet121
+# 3,521 nodes 66 ms) and both keys pay per byte of weights. Exact bytes are cheaper on real models' weights
+# (CPU ms, exact vs canonical: ResNet50 56 KB a node 16 vs 36, Xception 99 KB a node 16.5 vs 34) and dearer on
+# a few huge tensors, whose serialization faults fresh pages every time (541 nodes around one 67 MB constant,
+# 124 KB a node: 78 vs 46). Bytes, not time, so the choice is the graph's own and every miss of a graph locks
+# the same key (a CPU-time budget once flipped ResNet50's choice under load, and it was compiled twice).
+FAST_BYTES_PER_NODE = 112 * 1024  # between Xception (99 KB) and the 124 KB above
 
 class Fingerprint:
     """A key and its named parts (part name -> that part's own xxh3-128 hex digest); for graphs also each
