@@ -319,7 +319,7 @@ class GraphCache(EntryService):
         from .compile.compiled import PendingKey
 
         if isinstance(fp, PendingKey):
-            fp = fp.fingerprint  # a first-ever miss's key, computed here if the caller has not read it
+            fp = fp.take_fingerprint()  # a first-ever miss's key, computed here if the caller has not read it
         extra = self.hooks.miss(self, plugins.MissEvent(fp, label, signature))  # e.g. explain/: a node table
         header = codec.EntryHeader(
             key=fp.key, version=self.version, identity=self.identity, name=label, kind=kinds.GRAPH,

@@ -212,6 +212,9 @@ def test_a_first_ever_miss_leaves_the_canonical_key_to_the_entry_write(cache_dir
     assert threads == ["graphcache-write"]
     stored = {row.kind: row.key for row in cache.entries()}
     assert compiled.key == stored[kinds.GRAPH] and sorted(stored) == [kinds.GRAPH, kinds.GRAPH_ALIAS]
+    # Written, the result keeps only the key: nothing of the source graph (whose weights a protobuf
+    # sub-message would keep alive, all of them) is reachable from it.
+    assert not [kind for kind in _reachable_types(compiled) if kind in ("NodeDef", "GraphDef", "GraphView")]
 
     changed = _chain(np.arange(4) + 1, NODES)  # the store is not empty now: keyed before compiling
     assert not cache.compile(changed, signature).hit and threads[-1] == "MainThread"
@@ -222,3 +225,19 @@ def test_a_first_ever_miss_leaves_the_canonical_key_to_the_entry_write(cache_dir
     assert other.compile(graph_def, signature).key == compiled.key  # read at once: by the caller, once
     other.wait_for_writes()
     assert threads[-1] == "MainThread" and threads.count("graphcache-write") == 1
+
+
+def _reachable_types(root: object, limit: int = 50_000) -> set[str]:
+    """The type names of the objects reachable from ``root`` through references the collector sees."""
+    import gc
+    import types
+
+    seen, names, todo = {id(root)}, set(), [root]
+    while todo and len(seen) < limit:
+        item = todo.pop()
+        names.add(type(item).__name__)
+        for referent in gc.get_referents(item):
+            if id(referent) not in seen and not isinstance(referent, type | types.ModuleType):
+                seen.add(id(referent))
+                todo.append(referent)
+    return names

@@ -32,24 +32,38 @@ def runtime_config(config: Any = None) -> config_pb2.ConfigProto:
 
 class PendingKey:
     """A graph's canonical key, computed once by whoever needs it first: the entry's write in the background or
-    a caller reading ``CompiledGraph.key`` (cache.py: a first-ever run's miss leaves it off the caller's path)."""
+    a caller reading ``CompiledGraph.key`` (cache.py: a first-ever run's miss leaves it off the caller's path).
+
+    Once the write has taken the fingerprint, only the key is kept: a fingerprint's node summaries reach into
+    the source graph, and a protobuf sub-message keeps its whole GraphDef alive (a frozen model's weights, for
+    as long as the CompiledGraph or a Session's signature lives)."""
 
     def __init__(self, compute: Callable[[], Any]) -> None:
-        self._compute: Callable[[], Any] | None = compute
-        self._fingerprint: Any = None  # keys.Fingerprint
+        self._compute: Callable[[], Any] | None = compute  # holds the source graph until it has run
+        self._fingerprint: Any = None  # keys.Fingerprint, until the write takes it
+        self._key: str | None = None
         self._lock = threading.Lock()
 
-    @property
-    def fingerprint(self) -> Any:
+    def _computed(self) -> Any:
+        if self._fingerprint is None and self._key is None:
+            assert self._compute is not None
+            self._fingerprint, self._compute = self._compute(), None  # what it held (the graph) is let go
+            self._key = self._fingerprint.key
+        return self._fingerprint
+
+    def take_fingerprint(self) -> Any:
+        """The fingerprint, for the entry's write (once): computed here if no caller has read the key."""
         with self._lock:
-            if self._fingerprint is None:
-                assert self._compute is not None
-                self._fingerprint, self._compute = self._compute(), None  # what it held (the graph) is let go
-            return self._fingerprint
+            fingerprint, self._fingerprint = self._computed(), None
+            assert fingerprint is not None, "the fingerprint was taken already"
+            return fingerprint
 
     @property
     def key(self) -> str:
-        return self.fingerprint.key
+        with self._lock:
+            self._computed()
+            assert self._key is not None
+            return self._key
 
     def __str__(self) -> str:  # log lines format it only when they are emitted
         return self.key
