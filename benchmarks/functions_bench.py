@@ -63,7 +63,7 @@ DEEP_BLOCKS = 570  # -> 7,983 nodes
 
 
 # -- workloads (run in the child) ---------------------------------------------------------------------------------
-def _deep(tf: Any, blocks: int, timings: dict[str, Any]) -> Any:
+def _deep(tf: Any, blocks: int, timings: dict[str, Any], steady: bool = True) -> Any:
     @tf.function
     def deep(x):
         y = x
@@ -79,13 +79,14 @@ def _deep(tf: Any, blocks: int, timings: dict[str, Any]) -> Any:
     start = time.perf_counter()
     out = concrete(x).numpy()
     timings["first"] = time.perf_counter() - start
-    start = time.perf_counter()
-    concrete(x).numpy()
-    timings["steady"] = time.perf_counter() - start
+    if steady:
+        start = time.perf_counter()
+        concrete(x).numpy()
+        timings["steady"] = time.perf_counter() - start
     return out
 
 
-def _resnet50(np: Any, timings: dict[str, Any]) -> Any:
+def _resnet50(np: Any, timings: dict[str, Any], steady: bool = True) -> Any:
     import keras
 
     keras.utils.set_random_seed(1234)
@@ -94,9 +95,10 @@ def _resnet50(np: Any, timings: dict[str, Any]) -> Any:
     start = time.perf_counter()
     out = model.predict(x, verbose=0)
     timings["first"] = time.perf_counter() - start
-    start = time.perf_counter()
-    model.predict(x, verbose=0)
-    timings["steady"] = time.perf_counter() - start
+    if steady:
+        start = time.perf_counter()
+        model.predict(x, verbose=0)
+        timings["steady"] = time.perf_counter() - start
     return out
 
 
@@ -114,7 +116,7 @@ def transformer(keras: Any, vocab: int = 1000, seq_len: int = 32, width: int = 6
     return keras.Model(tokens, out)
 
 
-def _transformer_fit(np: Any, timings: dict[str, Any]) -> Any:
+def _transformer_fit(np: Any, timings: dict[str, Any], steady: bool = True) -> Any:
     import keras
 
     keras.utils.set_random_seed(1234)
@@ -125,9 +127,10 @@ def _transformer_fit(np: Any, timings: dict[str, Any]) -> Any:
     start = time.perf_counter()
     first = model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)
     timings["first"] = time.perf_counter() - start
-    start = time.perf_counter()
-    model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)
-    timings["steady"] = time.perf_counter() - start
+    if steady:
+        start = time.perf_counter()
+        model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)
+        timings["steady"] = time.perf_counter() - start
     return np.asarray(first.history["loss"] + [float(np.sum(model.get_weights()[-1]))])
 
 
@@ -144,7 +147,7 @@ def child_export(path: str) -> dict[str, Any]:
     return {"path": path}
 
 
-def _saved_model(tf: Any, np: Any, path: str, timings: dict[str, Any]) -> Any:
+def _saved_model(tf: Any, np: Any, path: str, timings: dict[str, Any], steady: bool = True) -> Any:
     x = np.random.RandomState(0).rand(2, 64, 64, 3).astype(np.float32)
     start = time.perf_counter()
     loaded = tf.saved_model.load(path)
@@ -152,10 +155,26 @@ def _saved_model(tf: Any, np: Any, path: str, timings: dict[str, Any]) -> Any:
     start = time.perf_counter()
     out = loaded.serve(x).numpy()
     timings["first"] = time.perf_counter() - start
-    start = time.perf_counter()
-    loaded.serve(x).numpy()
-    timings["steady"] = time.perf_counter() - start
+    if steady:
+        start = time.perf_counter()
+        loaded.serve(x).numpy()
+        timings["steady"] = time.perf_counter() - start
     return out
+
+
+def call_workload(workload: str, tf: Any, np: Any, timings: dict[str, Any], *, saved_model: str = "",
+                 blocks: int = DEEP_BLOCKS, steady: bool = True) -> Any:
+    """Run ``workload`` (WORKLOADS) up to its first result, and a second (steady) call unless ``steady`` is
+    False; its timings go to ``timings``. Returns its output."""
+    if workload == "deep8k":
+        return _deep(tf, blocks, timings, steady)
+    if workload == "resnet50":
+        return _resnet50(np, timings, steady)
+    if workload == "transformer_fit":
+        return _transformer_fit(np, timings, steady)
+    if workload == "saved_model":
+        return _saved_model(tf, np, saved_model, timings, steady)
+    raise ValueError(f"unknown workload {workload!r}")
 
 
 SIZES = (0, 1, 3, 10, 30, 100)  # blocks of 14 nodes: 5 to 1,405 nodes
@@ -270,16 +289,7 @@ def child_run(workload: str, variant: str, directory: str, saved_model: str = ""
     if variant == "grappler_off":
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
     first_calls = _time_first_calls()  # wraps graphcache's hook too: its cost is counted
-    if workload == "deep8k":
-        out = _deep(tf, blocks, timings)
-    elif workload == "resnet50":
-        out = _resnet50(np, timings)
-    elif workload == "transformer_fit":
-        out = _transformer_fit(np, timings)
-    elif workload == "saved_model":
-        out = _saved_model(tf, np, saved_model, timings)
-    else:
-        raise ValueError(f"unknown workload {workload!r}")
+    out = call_workload(workload, tf, np, timings, saved_model=saved_model, blocks=blocks)
     timings["functions_first"] = first_calls["seconds"]
     timings["functions"] = first_calls["count"]
     flat = np.asarray(out, dtype=np.float64).ravel()

@@ -23,7 +23,9 @@ Sections (each a module of benchmarks/, each figure a median of several runs, co
     (functions_bench.py, as a script);
 13. ``traces``: a tf.function's first call with its trace served from the cache (trace_bench.py, as a script);
     ``fleet``: N hosts on one graph through Redis, S3 + a coordinator, S3 alone, nothing shared (fleet_bench.py,
-    as a script; needs redis-server; full run only);
+    as a script; needs redis-server; full run only); ``tf2_whole_process``: the same TF2 workloads as whole
+    processes under ``graphcache.install()`` vs plain TensorFlow, exec to first result (tf2_whole_process.py,
+    as a script);
 14. ``session_memory``: the memory growth (resident set and peak) of a session running four fetch
     signatures of ResNet50, plain vs graphcache (session_memory.py, as a script; full run only).
 
@@ -33,7 +35,8 @@ Sections (each a module of benchmarks/, each figure a median of several runs, co
   both ways (15); zstd on the six models; concurrency
   on ResNet50 (3 rounds); xla_bench's default run; accelerate_train's default
   run (600 steps); saved_model_bench (5 rounds); functions_bench's default run (3 runs of every
-  workload); trace_bench's default run (3 runs of every variant); session_memory on ResNet50 (3 runs); whole_process on MobileNetV2, EfficientNetB0 and
+  workload); trace_bench's default run (3 runs of every variant); tf2_whole_process's default run (1 warm-up + 5
+  rounds of every workload); session_memory on ResNet50 (3 runs); whole_process on MobileNetV2, EfficientNetB0 and
   DenseNet121 (1 warm-up + 5 runs per command).
   Writes ``benchmarks/RESULTS.md``, the raw ``benchmarks/RESULTS.json`` and the plots
   ``benchmarks/cold_warm.png``, ``benchmarks/zstd.png`` and ``benchmarks/concurrency.png``.
@@ -70,7 +73,7 @@ import tf1_train
 import whole_process
 
 SECTIONS = ("cold_warm", "whole_process", "import_time", "other_models", "tf1", "tf1_cached", "zstd", "xla", "stores", "concurrency", "store_scale", "accelerate", "saved_model",
-            "functions", "traces", "fleet", "session_memory")
+            "functions", "traces", "fleet", "tf2_whole_process", "session_memory")
 FINGERPRINT_GOAL_MB_S = 1000.0
 STORE_SCALE_GOALS = {"stats_json_seconds": 2.0, "ls_json_seconds": 2.0, "put_ratio": 1.5}
 SCRIPT_TIMEOUT = 1800.0
@@ -95,6 +98,7 @@ class Plan:
     accelerate_args: tuple[str, ...] = ()  # the default run: 600 steps (the [accelerate] goal)
     saved_model_args: tuple[str, ...] | None = ("--runs", "5")  # None: not run
     functions_args: tuple[str, ...] = ()  # the default run: every workload, 3 runs
+    tf2_whole_process_args: tuple[str, ...] = ()  # the default run: every workload, 1 warm-up + 5 rounds
     traces_args: tuple[str, ...] = ()  # trace_bench.py's default run: 3 runs of every variant
     fleet_args: tuple[str, ...] | None = ()  # fleet_bench.py's default run (4 hosts, a small CNN); None: not run
     other_models: tuple[str, ...] = common.OTHER_MODELS  # (): not run
@@ -116,6 +120,7 @@ QUICK = Plan(models=("resnet50",), runs=3, bert_runs=3, parts=False, tf1_runs=3,
              store_repeats=3, concurrency_model="mobilenetv2", concurrency_procs=8, concurrency_rounds=1, xla_args=None,
              store_scale_args=("--puts", "20"), accelerate_args=("--steps", "60"), saved_model_args=None,
              functions_args=("--workloads", "deep8k", "--runs", "1"), traces_args=("--runs", "1"), fleet_args=None,
+             tf2_whole_process_args=("--workloads", "saved_model", "--runs", "2", "--warmup", "0"),
              session_memory_args=None,
              other_models=(), whole_process_models=("mobilenetv2",), whole_process_runs=3, whole_process_warmup=0,
              import_runs=3)
@@ -188,6 +193,7 @@ def run_sections(plan: Plan, log: Callable[[str], None] = _log) -> dict[str, Any
         "functions": lambda: run_script("functions_bench.py", plan.functions_args),
         "traces": lambda: run_script("trace_bench.py", plan.traces_args),
         "fleet": lambda: run_script("fleet_bench.py", plan.fleet_args or ()),
+        "tf2_whole_process": lambda: run_script("tf2_whole_process.py", plan.tf2_whole_process_args),
         "session_memory": lambda: run_script("session_memory.py", plan.session_memory_args or ()),
     }
     not_planned = {"xla": plan.xla_args, "saved_model": plan.saved_model_args,
@@ -729,6 +735,7 @@ def _markdown_scripts(report: dict[str, Any]) -> list[str]:
                                 ("functions", "TF2 functions' first calls", "functions_bench.py"),
                                 ("traces", "TF2 traces served from the cache", "trace_bench.py"),
                                 ("fleet", "A fleet: N hosts through Redis, S3, or nothing shared", "fleet_bench.py"),
+                                ("tf2_whole_process", "TF2 whole processes under install()", "tf2_whole_process.py"),
                                 ("session_memory", "Session memory, several fetch signatures", "session_memory.py")):
         data = report["sections"].get(name)
         if not data:
