@@ -1,0 +1,81 @@
+"""Canonicalization runs with Python's garbage collector paused, and leaves the collector as it found it
+(compile/gcpause.py)."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+from graphcache.compile.gcpause import collector_paused
+
+
+def _chain_graph(nodes: int):
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        y = tf.constant(1.0, name="x")
+        for i in range(nodes):
+            y = tf.add(y, 1.0, name=f"n{i}")
+    return graph.as_graph_def()
+
+
+def test_a_canonical_form_is_computed_without_a_collection_and_the_collector_is_left_on():
+    from graphcache.compile.canonical import canonical_graph
+    from graphcache.compile.graphs import GraphView, Signature
+
+    view = GraphView(_chain_graph(300), Signature.create(["n299:0"]))
+    collections: list[int] = []
+
+    def note(phase: str, info: dict) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    thresholds = gc.get_threshold()
+    gc.enable()
+    gc.callbacks.append(note)
+    try:
+        gc.set_threshold(10)  # the collector on would run hundreds of times over this pass
+        canonical_graph(view)
+        during = len(collections)  # (len allocates nothing the collector tracks)
+        assert during <= 2  # at the pause's own entry and exit, at most; the pass alone set off 680
+        assert gc.isenabled()
+        [[] for _ in range(100)]  # and it runs again afterwards
+        assert collections
+    finally:
+        gc.callbacks.remove(note)
+        gc.set_threshold(*thresholds)
+
+
+def test_pauses_nest_overlap_across_threads_and_keep_a_disabled_collector_disabled():
+    assert gc.isenabled()
+    with collector_paused():
+        assert not gc.isenabled()
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the outer pause still runs
+    assert gc.isenabled()
+
+    entered, release = threading.Event(), threading.Event()
+
+    def other_thread() -> None:
+        with collector_paused():
+            entered.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=other_thread)
+    with collector_paused():
+        thread.start()
+        assert entered.wait(10)
+    assert not gc.isenabled()  # the other thread's pause is still on
+    release.set()
+    thread.join(10)
+    assert gc.isenabled()
+
+    gc.disable()
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # a program that runs without the collector keeps it off
+    finally:
+        gc.enable()
