@@ -21,24 +21,27 @@ import gc
 import threading
 from collections.abc import Iterator
 
-_lock = threading.Lock()
-_depth = 0
-_was_enabled = False
+
+class _Pauses:
+    """How many pauses run now, and whether the collector was on when the first came in."""
+
+    lock = threading.Lock()
+    depth = 0
+    was_enabled = False
 
 
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
     """Run the block with Python's cyclic garbage collector off (see the module docstring)."""
-    global _depth, _was_enabled
-    with _lock:
-        if _depth == 0:
-            _was_enabled = gc.isenabled()
+    with _Pauses.lock:
+        if _Pauses.depth == 0:
+            _Pauses.was_enabled = gc.isenabled()
             gc.disable()
-        _depth += 1
+        _Pauses.depth += 1
     try:
         yield
     finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0 and _was_enabled:
+        with _Pauses.lock:
+            _Pauses.depth -= 1
+            if _Pauses.depth == 0 and _Pauses.was_enabled:
                 gc.enable()

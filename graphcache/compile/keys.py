@@ -45,6 +45,7 @@ FAST_MIN_NODES = 500
 # the same key (a CPU-time budget once flipped ResNet50's choice under load, and it was compiled twice).
 FAST_BYTES_PER_NODE = 112 * 1024  # between Xception (99 KB) and the 124 KB above
 
+
 class Fingerprint:
     """A key and its named parts (part name -> that part's own xxh3-128 hex digest); for graphs also each
     fan-in node's canonical id (hex) and, built on first use from what hashing kept, ``details``."""
