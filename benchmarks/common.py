@@ -445,3 +445,13 @@ def ensure_model(name: str, *, rebuild: bool = False, log: Any = None) -> ModelF
     run_function("common", "child_build_model", name=name)
     return ModelFiles.load(name)
 
+
+
+def print_report(report: dict[str, Any], format_result: Any, json_path: Path | None) -> None:
+    """A script's ending: the machine into ``report``, then its text printed and its JSON written (if asked)."""
+    report["machine"] = machine_info()
+    print(f"machine: {describe_machine(report['machine'])}\n")
+    print(format_result(report))
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(report, indent=1) + "\n")

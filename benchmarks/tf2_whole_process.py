@@ -237,12 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(w not in WORKLOADS for w in workloads) or args.runs < 1 or args.warmup < 0:
         parser.error(f"workloads from {WORKLOADS}; --runs >= 1, --warmup >= 0")
     report = bench(workloads, args.runs, args.warmup, log=lambda m: print(m, file=sys.stderr, flush=True))
-    report["machine"] = common.machine_info()
-    print(f"machine: {common.describe_machine(report['machine'])}\n")
-    print(format_result(report))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=1) + "\n")
+    common.print_report(report, format_result, args.json)
     return 0
 
 

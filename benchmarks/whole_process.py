@@ -308,12 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     report = bench(models, args.runs, args.warmup, log=lambda m: print(m, file=sys.stderr, flush=True))
-    report["machine"] = common.machine_info()
-    print(f"machine: {common.describe_machine(report['machine'])}\n")
-    print(format_result(report))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=1) + "\n")
+    common.print_report(report, format_result, args.json)
     return 0
 
 
