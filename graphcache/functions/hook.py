@@ -17,9 +17,9 @@ A first call:
 3. hit: the entry is handed to TensorFlow's own file cache through a private directory for this one call
    (tfdir.py); TensorFlow skips OptimizeFunctionGraph (placer, Grappler, the graph passes) and goes on
    with partitioning and the kernels' creation;
-4. miss: the call runs with TensorFlow's graph collector on; the optimized graph is taken from what it
-   collected, turned into the entry (optimized.build) and stored with an alias for the fast key, in a
-   background thread (background.py; joined at exit, by ``wait_for_writes`` and by GraphCache's).
+4. miss: the call runs with TensorFlow's graph collector on (the canonical key meanwhile computed in a
+   thread: keying.FunctionCall.start_canonical); the optimized graph is taken from what it collected,
+   turned into the entry (optimized.build) and stored with an alias for the fast key, in a background thread (background.py; joined at exit, by ``wait_for_writes`` and by GraphCache's).
 
 Threads. First calls are handled one at a time (a process-wide lock held for the call: the variable
 TensorFlow reads and the graph collector are process-wide). A first call that finds the lock taken (a
@@ -190,6 +190,7 @@ class FunctionCache:
             self.cache.count_lookup(KIND, misses=1, compiles=1)
             self.cache.count_uncacheable("read_only")
             return run()
+        call.start_canonical()  # the entry's key, computed while TensorFlow optimizes (keying.py)
         ctx.enable_graph_collection()
         start = time.perf_counter()
         metadata = None
