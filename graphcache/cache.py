@@ -229,9 +229,10 @@ class GraphCache(EntryService):
     def _compile_first_ever(self, fast: str, source: graphs.Source, view: GraphView, options: Any,
                             label: str) -> CompiledGraph:
         """The miss of a graph with a fast key (keys.exact_key) on an empty store with no remote tier (a
-        first-ever run): its canonical key cannot find anything, so it is computed by the entry's write, after
-        the caller's first run, or when the caller reads ``compiled.key`` (compiled.PendingKey). That takes the
-        canonical key's pass over every node (18-90 ms on MobileNetV2 to DenseNet121) off the miss. Single
+        first-ever run): its canonical key cannot find anything, so it is computed in a thread while Grappler
+        runs (C++, the GIL released) and taken by the entry's write after the caller's first run, or by a
+        caller reading ``compiled.key`` (compiled.PendingKey). That takes the canonical key's pass over every
+        node (18-90 ms on MobileNetV2 to DenseNet121) off the miss, and off a short process's exit. Single
         flight holds under the fast key's lock: a process that waited for it finds the alias."""
         from .compile import keys
         from .compile.compiled import PendingKey
@@ -243,6 +244,7 @@ class GraphCache(EntryService):
                 if compiled is not None:
                     return compiled
             pending = PendingKey(lambda: keys.compute(view, options, self.identity, name=label))
+            pending.start()  # computed while Grappler runs (C++, the GIL released)
             self.count_lookup(kinds.GRAPH, misses=1)
             graph_def, data, seconds = self._compile_now(source, view.signature, options)
             compiled, guard = self._store_compiled(guard, pending, pending, graph_def, data, seconds,

@@ -51,6 +51,19 @@ class PendingKey:
             self._key = self._fingerprint.key
         return self._fingerprint
 
+    def start(self) -> None:
+        """Compute the key in a thread now (priority.start_early): a first-ever miss starts it before Grappler,
+        which runs in C++ with the GIL released, so the write after the first run finds it ready (a short
+        process waited for it at exit)."""
+        from ..core import priority
+
+        priority.start_early(self._compute_now, "graphcache-key")
+
+    def _compute_now(self) -> None:
+        with self._lock:
+            if self._compute is not None:  # not taken or computed yet
+                self._computed()
+
     def take_fingerprint(self) -> Any:
         """The fingerprint, for the entry's write (once): computed here if no caller has read the key."""
         with self._lock:

@@ -15,6 +15,7 @@ briefly holding the GIL while busy cores make it wait, cannot hold the caller up
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import sys
 import threading
@@ -25,6 +26,8 @@ NICE_STEP = 10
 _MAX_NICE = 19
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+log = logging.getLogger("graphcache")
 
 
 def lower_this_thread(step: int = NICE_STEP) -> bool:
@@ -51,3 +54,21 @@ def in_background(func: F) -> F:
         return func(*args, **kwargs)
 
     return run  # type: ignore[return-value]
+
+
+def start_early(func: Callable[[], Any], name: str) -> threading.Thread:
+    """Run ``func()`` now in a daemon thread at the lowered priority, for a result that is computed once under
+    its own lock and needed later (a miss's canonical key, computed while TensorFlow optimizes in C++ with the
+    GIL released). Whoever needs the result later waits for that lock, or computes it itself where this
+    thread failed or was cut off at exit: so a failure here is only logged, and a daemon loses nothing."""
+
+    def run() -> None:
+        lower_this_thread()
+        try:
+            func()
+        except Exception:  # raised again, and handled, by the caller that needs the result
+            log.debug("graphcache: %s failed early; computed again when needed", name, exc_info=True)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread

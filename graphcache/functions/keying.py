@@ -122,21 +122,11 @@ class FunctionCall:
         return keys.Fingerprint(key, {p: parts[p] for p in PART_ORDER})
 
     def start_canonical(self) -> None:
-        """Compute the canonical key in a thread now, at a lowered priority: a miss starts it before its call,
+        """Compute the canonical key in a thread now (priority.start_early): a miss starts it before its call,
         so the pass over every node (~160 ms on an ~8,000-node function) runs while TensorFlow optimizes the
-        function in C++ (the GIL released) instead of after the first result, where a short process waits
-        for it at exit. A daemon thread: one cut off at exit loses nothing, the entry's write computes the
-        key itself. Failures are left to canonical()'s next caller, which reports them."""
-        thread = threading.Thread(target=priority.in_background(self._canonical_or_nothing), daemon=True,
-                                  name="graphcache-key")
-        thread.start()
-
-    def _canonical_or_nothing(self) -> None:
-        try:
-            self.canonical()
-        except Exception:  # the write's own canonical() raises it again, where failures are handled
-            log.debug("graphcache: the early canonical key of %s failed", self.name, exc_info=True)
-
+        function in C++ (the GIL released) instead of after the first result, where a short process waited
+        for it at exit."""
+        priority.start_early(self.canonical, "graphcache-key")
 
 def describe_call(ctx: Any, fdef: function_pb2.FunctionDef, tensor_inputs: tuple[Any, ...], call_options: Any,
                   identity_hash: str) -> FunctionCall:
