@@ -62,7 +62,9 @@ class PendingKey:
     def _compute_now(self) -> None:
         with self._lock:
             if self._compute is not None:  # not taken or computed yet
-                self._computed()
+                fingerprint = self._computed()
+                # and the node summaries the write's miss hook reads (explain/'s node table), while it is idle
+                _ = fingerprint.details
 
     def take_fingerprint(self) -> Any:
         """The fingerprint, for the entry's write (once): computed here if no caller has read the key."""
