@@ -58,8 +58,9 @@ class Timeline:
         self._thread.join()
 
     def mark(self, name: str) -> None:
-        self.samples.append((time.perf_counter(), session_memory._rss_mb() - self.base))
-        self.marks.append((time.perf_counter(), name))
+        now = time.perf_counter()
+        self.samples.append((now, session_memory._rss_mb() - self.base))
+        self.marks.append((now, name))
 
     def wrap(self, owner: Any, attribute: str, phase: str) -> None:
         """Mark ``phase`` around every call of ``owner.attribute`` (a method or a module function)."""
@@ -135,7 +136,7 @@ def format_result(model: str, signatures: int, compact: bool, results: list[dict
                   f"{'' if result['peak_reset'] else ', not reset: an upper bound'}), at the end +"
                   f"{result['end_mb']:.0f} MB"]
         rows = [["phase", "s", "RSS at start", "max until next"]]
-        for phase in result["phases"]:
+        for phase in result["phases"][:-1]:  # the last is the end mark
             if phase["phase"] == "(between phases)" and phase["max_mb"] - phase["rss_at_start_mb"] < 5:
                 continue  # nothing happened between two phases
             rows.append([phase["phase"], f"{phase['seconds']:.2f}", f"+{phase['rss_at_start_mb']:.0f}",
