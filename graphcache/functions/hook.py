@@ -19,7 +19,8 @@ A first call:
    with partitioning and the kernels' creation;
 4. miss: the call runs with TensorFlow's graph collector on (the canonical key meanwhile computed in a
    thread: keying.FunctionCall.start_canonical); the optimized graph is taken from what it collected,
-   turned into the entry (optimized.build) and stored with an alias for the fast key, in a background thread (background.py; joined at exit, by ``wait_for_writes`` and by GraphCache's).
+   turned into the entry (optimized.build) and stored with an alias for the fast key, in a background
+   thread (background.py; joined at exit, by ``wait_for_writes`` and by GraphCache's).
 
 Threads. First calls are handled one at a time (a process-wide lock held for the call: the variable
 TensorFlow reads and the graph collector are process-wide). A first call that finds the lock taken (a

@@ -128,6 +128,7 @@ class FunctionCall:
         for it at exit."""
         priority.start_early(self.canonical, "graphcache-key")
 
+
 def describe_call(ctx: Any, fdef: function_pb2.FunctionDef, tensor_inputs: tuple[Any, ...], call_options: Any,
                   identity_hash: str) -> FunctionCall:
     """The FunctionCall of ``fdef`` called with ``tensor_inputs`` under ``call_options`` in ``ctx``."""
