@@ -446,7 +446,6 @@ def ensure_model(name: str, *, rebuild: bool = False, log: Any = None) -> ModelF
     return ModelFiles.load(name)
 
 
-
 def print_report(report: dict[str, Any], format_result: Any, json_path: Path | None) -> None:
     """A script's ending: the machine into ``report``, then its text printed and its JSON written (if asked)."""
     report["machine"] = machine_info()

@@ -47,7 +47,7 @@ class Timeline:
 
     def _sample(self) -> None:
         while not self._stop.is_set():
-            self.samples.append((time.perf_counter(), session_memory._rss_mb() - self.base))
+            self.samples.append((time.perf_counter(), session_memory.rss_mb() - self.base))
             time.sleep(SAMPLE_SECONDS)
 
     def start(self) -> None:
@@ -59,7 +59,7 @@ class Timeline:
 
     def mark(self, name: str) -> None:
         now = time.perf_counter()
-        self.samples.append((now, session_memory._rss_mb() - self.base))
+        self.samples.append((now, session_memory.rss_mb() - self.base))
         self.marks.append((now, name))
 
     def wrap(self, owner: Any, attribute: str, phase: str) -> None:
@@ -91,17 +91,9 @@ def child_timeline(variant: str, model: str, signatures: int, cache_dir: str | N
     """(child) The phases of a session running ``signatures`` fetch signatures once each."""
     import gc
 
-    tf = common.warm_up()
-    from tensorflow.core.framework import graph_pb2
-
-    files = common.ModelFiles.load(model)
-    graph = tf.Graph()
-    with graph.as_default():
-        tf.graph_util.import_graph_def(graph_pb2.GraphDef.FromString(files.read_bytes()), name="")
-    fetch_sets = session_memory.fetch_signatures(graph, files.fetches[0], signatures)
-    feeds = {files.feeds[0]: files.example_input(0)}
+    tf, graph, fetch_sets, feeds = session_memory.session_inputs(model, signatures)
     gc.collect()
-    timeline = Timeline(session_memory._rss_mb())
+    timeline = Timeline(session_memory.rss_mb())
     peak_reset = session_memory.reset_peak()
     timeline.start()
     if variant == "plain":
@@ -124,8 +116,8 @@ def child_timeline(variant: str, model: str, signatures: int, cache_dir: str | N
     timeline.mark("end")
     timeline.stop()
     return {"variant": variant, "phases": timeline.phases(), "peak_reset": peak_reset,
-            "peak_mb": session_memory._rss_mb("VmHWM") - timeline.base,
-            "end_mb": session_memory._rss_mb() - timeline.base}
+            "peak_mb": session_memory.rss_mb("VmHWM") - timeline.base,
+            "end_mb": session_memory.rss_mb() - timeline.base}
 
 
 def format_result(model: str, signatures: int, compact: bool, results: list[dict[str, Any]]) -> str:

@@ -39,6 +39,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -49,7 +50,7 @@ PEAK_GOALS = {"miss": 1.05, "hit": 0.8}  # peak growth, x plain
 VARIANTS = ("plain", "miss", "hit")
 
 
-def _rss_mb(field: str = "VmRSS") -> float:
+def rss_mb(field: str = "VmRSS") -> float:
     with open("/proc/self/status", encoding="utf-8") as fh:
         for line in fh:
             if line.startswith(field + ":"):
@@ -68,7 +69,7 @@ def reset_peak() -> bool:
             fh.write("5")
     except OSError:
         return False
-    return _rss_mb("VmHWM") - _rss_mb("VmRSS") <= 1.0
+    return rss_mb("VmHWM") - rss_mb("VmRSS") <= 1.0
 
 
 def fetch_signatures(graph, output: str, count: int) -> list[list[str]]:
@@ -77,8 +78,9 @@ def fetch_signatures(graph, output: str, count: int) -> list[list[str]]:
     return [[output]] + [[output, name] for name in extra]
 
 
-def child_measure(variant: str, model: str, signatures: int, cache_dir: str | None = None) -> dict:
-    """(child) RSS and peak growth, in MB, of a session running ``signatures`` fetch signatures once each."""
+def session_inputs(model: str, signatures: int) -> tuple[Any, Any, list[list[str]], dict[str, Any]]:
+    """(child) TensorFlow, the frozen ``model`` imported into a tf.Graph, its ``signatures`` fetch signatures
+    (fetch_signatures) and the feeds of one example input."""
     tf = common.warm_up()
     from tensorflow.core.framework import graph_pb2
 
@@ -86,12 +88,16 @@ def child_measure(variant: str, model: str, signatures: int, cache_dir: str | No
     graph = tf.Graph()
     with graph.as_default():
         tf.graph_util.import_graph_def(graph_pb2.GraphDef.FromString(files.read_bytes()), name="")
-    fetch_sets = fetch_signatures(graph, files.fetches[0], signatures)
-    feeds = {files.feeds[0]: files.example_input(0)}
+    return tf, graph, fetch_signatures(graph, files.fetches[0], signatures), {files.feeds[0]: files.example_input(0)}
+
+
+def child_measure(variant: str, model: str, signatures: int, cache_dir: str | None = None) -> dict:
+    """(child) RSS and peak growth, in MB, of a session running ``signatures`` fetch signatures once each."""
+    tf, graph, fetch_sets, feeds = session_inputs(model, signatures)
     common.assert_graphcache_not_imported(f"the {variant} child, before the session")
     gc.collect()
-    before = _rss_mb()
-    peak_before_reset = _rss_mb("VmHWM")
+    before = rss_mb()
+    peak_before_reset = rss_mb("VmHWM")
     peak_reset = reset_peak()
     imported = before
     if variant == "plain":
@@ -99,7 +105,7 @@ def child_measure(variant: str, model: str, signatures: int, cache_dir: str | No
     else:
         from graphcache import GraphCache, Session  # measured: graphcache's import is part of what it costs
 
-        imported = _rss_mb()
+        imported = rss_mb()
         sess = Session(graph=graph, cache=GraphCache(cache_dir))
     for fetches in fetch_sets:
         sess.run(fetches, feeds)
@@ -111,9 +117,9 @@ def child_measure(variant: str, model: str, signatures: int, cache_dir: str | No
                                f"got {hits}")
     else:
         common.assert_graphcache_not_imported("the plain child")
-    peak = _rss_mb("VmHWM")
+    peak = rss_mb("VmHWM")
     gc.collect()
-    after = _rss_mb()
+    after = rss_mb()
     return {"growth_mb": after - before, "peak_growth_mb": peak - before, "peak_reset": peak_reset,
             "import_growth_mb": imported - before, "rss_before_mb": before, "rss_mb": after, "peak_mb": peak,
             "peak_before_reset_mb": peak_before_reset}

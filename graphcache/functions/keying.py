@@ -126,7 +126,8 @@ class FunctionCall:
         so the pass over every node (~160 ms on an ~8,000-node function) runs while TensorFlow optimizes the
         function in C++ (the GIL released) instead of after the first result, where a short process waited
         for it at exit."""
-        priority.start_early(self.canonical, "graphcache-key")
+        if self._canonical is None:  # not already computed by the lookup (a cache that may hold the entry)
+            priority.start_early(self.canonical, "graphcache-key")
 
 
 def describe_call(ctx: Any, fdef: function_pb2.FunctionDef, tensor_inputs: tuple[Any, ...], call_options: Any,
