@@ -434,6 +434,43 @@ def test_a_set_iterated_in_another_hash_seed_order_misses(cache_dir):
     assert other["traces"] == {**ANY_TRACES, "trace_hits": 1, "trace_misses": 2}  # another order: another key
 
 
+UNCACHEABLE_CHILD = '''
+import json, threading
+import tensorflow as tf
+import graphcache
+from graphcache.core.service import EntryService
+
+recorded_by = []  # the thread of every miss record
+record = EntryService.record_miss
+def record_miss(self, miss):
+    recorded_by.append(threading.current_thread().name)
+    return record(self, miss)
+EntryService.record_miss = record_miss
+cache = graphcache.GraphCache({cache_dir!r}, traces=True)
+seen = []
+
+@tf.function
+def appender(x):
+    seen.append(1)  # a side effect of tracing: never cached
+    return x * 2.0
+
+value = appender(tf.constant(3.0)).numpy().item()
+cache.wait_for_writes()
+print(json.dumps({{"value": value, "recorded_by": recorded_by, "traces": cache.stats().traces}}))
+'''
+
+
+def test_an_uncacheable_trace_is_recorded_for_misses_off_the_callers_path(cache_dir):
+    """Why a trace was not cached goes to ``graphcache misses`` from the write thread: the first record opens
+    the index (12-30 ms), which a SavedModel's or a Keras model's first call would otherwise wait for."""
+    out = run_python(UNCACHEABLE_CHILD.format(cache_dir=str(cache_dir)))
+    assert out["value"] == 6.0
+    assert out["traces"] == {**ANY_TRACES, "trace_uncacheable": 1}
+    assert out["recorded_by"] == ["graphcache-write"]
+    recorded = json.loads(graphcache_cli("--cache-dir", str(cache_dir), "misses", "--json"))
+    assert [m["name"] for m in recorded] == ["tf.function appender"] and "side_effect" in recorded[0]["detail"]
+
+
 RUN_SCRIPT = '''
 import json
 import numpy as np

@@ -293,7 +293,11 @@ class TraceCache:
     def _uncacheable(self, name: str, exc: Uncacheable) -> None:
         log.info("graphcache: the trace of %s is not cached (%s): %s", name, exc.reason, exc.detail)
         self.cache.count(**{TRACE_UNCACHEABLE: 1, f"{TRACE_UNCACHEABLE}.{exc.reason}": 1})
-        self._record_miss(name, None, f"trace not cacheable ({exc.reason}): {exc.detail}")
+        detail = f"trace not cacheable ({exc.reason}): {exc.detail}"
+        if self.cache.strict:
+            self._record_miss(name, None, detail)
+        else:  # off the caller's path: the first record opens the index (12-30 ms), e.g. in a SavedModel's first call
+            self.cache.start_write(self._record_miss, name, None, detail)
 
     def _record_miss(self, name: str, key: keying.TraceKey | None, detail: str = "") -> None:
         """``graphcache misses``: a trace that missed, with the key parts it differs in from the newest stored trace
