@@ -10,9 +10,8 @@ session's own Grappler does (docs/architecture.md). This probe measures the othe
 - ``hit``:     ``graphcache.Session`` on the dir the miss filled (today's hit: constants shared between signatures);
 - ``collect``: plain's session, each first run with ``RunOptions(output_partition_graphs=True)``: TensorFlow
   returns the graph its executor runs (after Grappler, placement, TensorFlow's graph passes, oneDNN's
-  rewrites). Each is turned into an importable GraphDef (the call frame's ``_Arg`` nodes become Placeholders,
-  its ``_Retval`` nodes are dropped: DirectSession numbers both in the sorted order of the feed and fetch
-  names) and serialized, as an entry's payload would be;
+  rewrites). Each is made importable by the user's names (compile/collected.py: the call frame's ``_Arg``
+  nodes become Placeholders, its ``_Retval`` nodes are dropped) and serialized, as an entry's payload would be;
 - ``replay``:  a fresh process imports each of those graphs into a tf.Graph of its own and runs it in a session
   with the optimizers off (compiled.runtime_config, as graphcache's hits run), checking each output against
   what plain TensorFlow returned in ``collect``'s process. One graph and session per signature, closed before
@@ -21,7 +20,8 @@ session's own Grappler does (docs/architecture.md). This probe measures the othe
   and first run.
 
 Memory figures as session_memory.py (peak: VmHWM over the RSS right before the session). Time: the first
-runs of all signatures. Not a feature: what it prints decides whether the route is worth building.
+runs of all signatures. Only compile/collected.py is built so far: what this prints decides whether the
+rest of the route (a Session miss that runs plain TensorFlow and stores what it compiled) is worth building.
 
     python benchmarks/session_collect_probe.py [--model resnet50] [--signatures 4] [--runs 3]
 """
@@ -30,12 +30,10 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -45,47 +43,13 @@ import session_memory  # noqa: E402
 VARIANTS = ("plain", "miss", "hit", "collect", "replay")
 
 
-def importable(graph_def: Any, feeds: list[str], fetches: list[str]) -> dict[str, str]:
-    """Turn one partition graph into an importable GraphDef, in place (no copy of its weights); returns the
-    tensor that stands for each feed and fetch name in it. DirectSession's call frame numbers ``_Arg`` and
-    ``_Retval`` nodes in the sorted order of the feed and fetch names."""
-    feed_order, fetch_order = sorted(set(feeds)), sorted(set(fetches))
-    names: dict[str, str] = {}
-    retvals = []
-    for position, node in enumerate(graph_def.node):
-        if node.op == "_Arg":
-            index, dtype = node.attr["index"].i, node.attr["T"].type
-            node.op = "Placeholder"
-            node.ClearField("attr")
-            node.attr["dtype"].type = dtype
-            names[feed_order[index]] = node.name + ":0"
-        elif node.op == "_Retval":
-            source = node.input[0]
-            names[fetch_order[node.attr["index"].i]] = source if ":" in source else source + ":0"
-            retvals.append(position)
-    for position in reversed(retvals):
-        del graph_def.node[position]
-    # The importer refuses names that start with "_" (the call frame's "_arg_input_0_0"): renamed, inputs too
-    renamed = {node.name: "gc" + node.name for node in graph_def.node if node.name.startswith("_")}
-    if renamed:
-        for node in graph_def.node:
-            node.name = renamed.get(node.name, node.name)
-            for i, text in enumerate(node.input):
-                control = text.startswith("^")
-                source, sep, port = text.lstrip("^").partition(":")
-                if source in renamed:
-                    node.input[i] = ("^" if control else "") + renamed[source] + sep + port
-        for name, tensor in names.items():
-            source, _, port = tensor.partition(":")
-            names[name] = renamed.get(source, source) + ":" + port
-    return names
-
-
 def child_collect(model: str, signatures: int, out_dir: str) -> dict:
     """(child) plain's session, keeping each signature's partition graph as an importable GraphDef."""
     tf, graph, fetch_sets, feeds = session_memory.session_inputs(model, signatures)
     import numpy as np
     from tensorflow.core.protobuf import config_pb2
+
+    from graphcache.compile import collected
 
     gc.collect()
     before = session_memory.rss_mb()
@@ -97,17 +61,11 @@ def child_collect(model: str, signatures: int, out_dir: str) -> dict:
         metadata = config_pb2.RunMetadata()
         outputs = sess.run(fetches, feeds, options=config_pb2.RunOptions(output_partition_graphs=True),
                            run_metadata=metadata)
-        if len(metadata.partition_graphs) != 1:
-            raise RuntimeError(f"signature {i}: {len(metadata.partition_graphs)} partitions, the probe handles one")
-        graph_def = metadata.partition_graphs[0]
-        names = importable(graph_def, list(feeds), fetches)
-        data = graph_def.SerializeToString()
-        del metadata, graph_def
+        data = collected.importable(list(metadata.partition_graphs), list(feeds), fetches).SerializeToString()
+        del metadata
         stored += len(data)
         Path(out_dir, f"sig{i}.pb").write_bytes(data)
         del data
-        Path(out_dir, f"sig{i}.json").write_text(json.dumps({
-            "feeds": {name: names[name] for name in feeds}, "fetches": [names[name] for name in fetches]}))
         np.savez(Path(out_dir, f"sig{i}.npz"), *outputs)
     seconds = time.perf_counter() - start
     peak = session_memory.rss_mb("VmHWM")
@@ -130,13 +88,12 @@ def child_replay(model: str, signatures: int, out_dir: str) -> dict:
     start = time.perf_counter()
     identical, max_diff = True, 0.0
     for i in range(len(fetch_sets)):  # each in a graph of its own: a shared run graph would need graphcache's
-        names = json.loads(Path(out_dir, f"sig{i}.json").read_text())  # constant sharing (session/run_graph.py)
-        run_graph = tf.Graph()
+        run_graph = tf.Graph()  # constant sharing (session/run_graph.py)
         with run_graph.as_default():
             tf.graph_util.import_graph_def(graph_pb2.GraphDef.FromString(Path(out_dir, f"sig{i}.pb").read_bytes()),
                                            name="")
         with tf.compat.v1.Session(graph=run_graph, config=runtime_config()) as sess:
-            outputs = sess.run(names["fetches"], {names["feeds"][name]: value for name, value in feeds.items()})
+            outputs = sess.run(fetch_sets[i], feeds)
         with np.load(Path(out_dir, f"sig{i}.npz")) as saved:
             expected = [saved[f"arr_{k}"] for k in range(len(outputs))]
         for got, want in zip(outputs, expected, strict=True):

@@ -1,0 +1,94 @@
+"""A signature's compiled graph as TensorFlow's own session built it, made importable.
+
+Run with ``RunOptions(output_partition_graphs=True)``, a DirectSession hands back the graph its executor runs
+for that run's signature: after Grappler, placement, TensorFlow's graph passes and oneDNN's rewrites. Kept as
+an entry, it is what a plain session compiles, without the offline Grappler call's serialized copies of the
+graph (docs/architecture.md, benchmarks/session_collect_probe.py: a ResNet50 Session with 4 signatures
+peaks at 1.0x plain collecting them, 1.22x compiling them offline, and the collected graphs replay bit for
+bit).
+
+The session's graph speaks through a call frame: one ``_Arg`` node per distinct feed and one ``_Retval``
+per distinct fetch, each numbered by its name's place in the sorted names (DirectSession's executor key).
+``importable`` turns it into a graph that a run graph imports like any compiled one, by the user's names:
+each ``_Arg`` becomes a Placeholder named as the fed node, each ``_Retval`` is dropped, and its input must
+be the fetched tensor under its own name. What cannot be mapped that way raises ``NotImportable`` with the
+reason: several partitions (devices), a fed output other than a node's first, a fetch that TensorFlow's
+passes renamed, a name the importer refuses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tensorflow.core.framework import graph_pb2, node_def_pb2
+
+_CROSS_DEVICE = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
+
+
+class NotImportable(ValueError):
+    """The session's graph cannot stand in for a compiled one (the message says why)."""
+
+
+def _tensor(name: str) -> tuple[str, str]:
+    """``"a:1"`` -> ("a", "1"); ``"a"`` -> ("a", "0")."""
+    node, sep, port = name.rpartition(":")
+    return (node, port) if sep and port.isdigit() else (name, "0")
+
+
+def importable(partitions: Sequence[graph_pb2.GraphDef], feeds: Sequence[str], fetches: Sequence[str],
+               targets: Sequence[str] = ()) -> graph_pb2.GraphDef:
+    """The one partition graph of a run made importable by the user's names, edited in place (a frozen
+    model's weights are not copied). ``feeds`` and ``fetches`` are tensor names, ``targets`` op names."""
+    if len(partitions) != 1:
+        raise NotImportable(f"the run spans {len(partitions)} partition graphs (devices), not one")
+    graph_def = partitions[0]
+    feed_order, fetch_order = sorted(set(feeds)), sorted(set(fetches))
+    renamed: dict[str, str] = {}  # _Arg node -> the fed node's name
+    retvals: list[int] = []
+    for position, node in enumerate(graph_def.node):
+        if node.op in _CROSS_DEVICE:
+            raise NotImportable(f"node {node.name!r} ({node.op}) passes tensors between devices")
+        if node.op == "_Arg":
+            feed = feed_order[_index(node, len(feed_order))]
+            fed_node, port = _tensor(feed)
+            if port != "0":
+                raise NotImportable(f"feed {feed!r} is output {port} of its node: a Placeholder has one output")
+            dtype = node.attr["T"].type
+            node.op = "Placeholder"
+            node.ClearField("attr")
+            node.attr["dtype"].type = dtype
+            renamed[node.name] = fed_node
+        elif node.op == "_Retval":
+            fetch = fetch_order[_index(node, len(fetch_order))]
+            if len(node.input) != 1 or _tensor(node.input[0]) != _tensor(fetch):
+                raise NotImportable(f"fetch {fetch!r} is computed by {list(node.input)} in TensorFlow's graph")
+            retvals.append(position)
+    if len(renamed) != len(feed_order) or len(retvals) != len(fetch_order):
+        raise NotImportable(f"the call frame has {len(renamed)} arguments and {len(retvals)} results for "
+                            f"{len(feed_order)} feeds and {len(fetch_order)} fetches")
+    for position in reversed(retvals):
+        del graph_def.node[position]
+    names = {node.name for node in graph_def.node if node.name not in renamed}
+    clash = sorted(set(renamed.values()) & names)
+    if clash:
+        raise NotImportable(f"fed node {clash[0]!r} is still in TensorFlow's graph beside its feed")
+    for node in graph_def.node:
+        node.name = renamed.get(node.name, node.name)
+        if node.name.startswith("_"):
+            raise NotImportable(f"node {node.name!r}: the importer refuses names that start with '_'")
+        for i, text in enumerate(node.input):
+            control = text.startswith("^")
+            source, sep, port = (text[1:] if control else text).partition(":")
+            if source in renamed:
+                node.input[i] = ("^" if control else "") + renamed[source] + sep + port
+    missing = sorted(set(targets) - {node.name for node in graph_def.node})
+    if missing:
+        raise NotImportable(f"target {missing[0]!r} is not in TensorFlow's graph")
+    return graph_def
+
+
+def _index(node: node_def_pb2.NodeDef, count: int) -> int:
+    index = node.attr["index"].i
+    if not 0 <= index < count:
+        raise NotImportable(f"call-frame node {node.name!r} has index {index} of {count}")
+    return index
