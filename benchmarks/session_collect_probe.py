@@ -43,18 +43,32 @@ import session_memory  # noqa: E402
 VARIANTS = ("plain", "miss", "hit", "collect", "replay")
 
 
+class _Mark:
+    """(child) Right before the session: the RSS, the peak reset to it and the time; ``figures`` at the end."""
+
+    def __init__(self) -> None:
+        gc.collect()
+        self.before = session_memory.rss_mb()
+        self.peak_reset = session_memory.reset_peak()
+        self.start = time.perf_counter()
+
+    def figures(self, **extra: object) -> dict:
+        seconds = time.perf_counter() - self.start
+        peak = session_memory.rss_mb("VmHWM")
+        gc.collect()
+        return {"peak_growth_mb": peak - self.before, "growth_mb": session_memory.rss_mb() - self.before,
+                "seconds": seconds, "peak_reset": self.peak_reset, **extra}
+
+
 def child_collect(model: str, signatures: int, out_dir: str) -> dict:
     """(child) plain's session, keeping each signature's partition graph as an importable GraphDef."""
-    tf, graph, fetch_sets, feeds = session_memory.session_inputs(model, signatures)
     import numpy as np
     from tensorflow.core.protobuf import config_pb2
 
     from graphcache.compile import collected
 
-    gc.collect()
-    before = session_memory.rss_mb()
-    peak_reset = session_memory.reset_peak()
-    start = time.perf_counter()
+    tf, graph, fetch_sets, feeds = session_memory.session_inputs(model, signatures)
+    mark = _Mark()
     sess = tf.compat.v1.Session(graph=graph)
     stored = 0
     for i, fetches in enumerate(fetch_sets):
@@ -67,25 +81,18 @@ def child_collect(model: str, signatures: int, out_dir: str) -> dict:
         Path(out_dir, f"sig{i}.pb").write_bytes(data)
         del data
         np.savez(Path(out_dir, f"sig{i}.npz"), *outputs)
-    seconds = time.perf_counter() - start
-    peak = session_memory.rss_mb("VmHWM")
-    gc.collect()
-    return {"peak_growth_mb": peak - before, "growth_mb": session_memory.rss_mb() - before, "seconds": seconds,
-            "peak_reset": peak_reset, "stored_mb": stored / 1e6}
+    return mark.figures(stored_mb=stored / 1e6)
 
 
 def child_replay(model: str, signatures: int, out_dir: str) -> dict:
     """(child) the collected graphs imported and run with the optimizers off, checked against plain's outputs."""
-    tf, _, fetch_sets, feeds = session_memory.session_inputs(model, signatures)
     import numpy as np
     from tensorflow.core.framework import graph_pb2
 
     from graphcache.compile.compiled import runtime_config
 
-    gc.collect()
-    before = session_memory.rss_mb()
-    peak_reset = session_memory.reset_peak()
-    start = time.perf_counter()
+    tf, _, fetch_sets, feeds = session_memory.session_inputs(model, signatures)
+    mark = _Mark()
     identical, max_diff = True, 0.0
     for i in range(len(fetch_sets)):  # each in a graph of its own: a shared run graph would need graphcache's
         run_graph = tf.Graph()  # constant sharing (session/run_graph.py)
@@ -99,10 +106,7 @@ def child_replay(model: str, signatures: int, out_dir: str) -> dict:
         for got, want in zip(outputs, expected, strict=True):
             identical = identical and np.array_equal(got, want)
             max_diff = max(max_diff, float(np.max(np.abs(np.asarray(got, np.float64) - np.asarray(want, np.float64)))))
-    seconds = time.perf_counter() - start
-    peak = session_memory.rss_mb("VmHWM")
-    return {"peak_growth_mb": peak - before, "growth_mb": session_memory.rss_mb() - before, "seconds": seconds,
-            "peak_reset": peak_reset, "identical": identical, "max_abs_diff": max_diff}
+    return mark.figures(identical=identical, max_abs_diff=max_diff)
 
 
 def main() -> None:

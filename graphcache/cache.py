@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -133,25 +134,53 @@ class GraphCache(EntryService):
         ``graph``: a GraphDef, a tf.Graph, serialized bytes or a .pb/.pbtxt path. ``options``: a
         tf.compat.v1.ConfigProto whose graph_options (rewriter options) are passed to Grappler.
         """
+        source, view, label = self._inputs(graph, fetches, feeds, targets, options, name)
+        return self._through_cache(source, view, options, label,
+                                   lambda: self._compile_now(source, view.signature, options))
+
+    def compile_by_running(self, graph: Any, fetches: Any, feeds: Any = (), targets: Any = (), *,
+                           run: Callable[[], bytes], options: Any = None, name: str | None = None) -> CompiledGraph:
+        """``compile``, where a miss compiles by running: ``run()`` runs the signature the plain TensorFlow way
+        and returns the serialized graph TensorFlow compiled for it (compile/collected.py), stored as the
+        entry. A graphcache.Session's miss: no offline Grappler call and its copies of the graph. ``run``
+        is not called on a hit; its exceptions reach the caller, the key's lock released."""
+        from .compile import graphs, importing, keys
+
+        source, view, label = self._inputs(graph, fetches, feeds, targets, options, name)
+
+        def compile_now() -> tuple[Any, bytes, float]:
+            start = time.perf_counter()
+            data = run()
+            graph_def = None
+            if importing.library_bytes(data):  # content-named functions, as pipeline.compile_now does
+                graph_def = graphs.parse_graph_def(data, origin="the collected graph")
+                keys.canonical_function_names(graph_def)
+                data = graphs.serialize(graph_def)
+            return graph_def, data, time.perf_counter() - start
+
+        return self._through_cache(source, view, options, label, compile_now)
+
+    def _through_cache(self, source: graphs.Source, view: GraphView, options: Any, label: str,
+                       compile_now: Callable[[], tuple[Any, bytes, float]]) -> CompiledGraph:
+        """Look the signature up; on a miss, ``compile_now()`` under its key's lock and store the result."""
         from .compile import keys
         from .compile.compiled import CompiledGraph
 
         start = time.perf_counter()
-        source, view, label = self._inputs(graph, fetches, feeds, targets, options, name)
         if self.disabled:
             self.count_uncacheable("disabled")
-            graph_def, data, seconds = self._compile_now(source, view.signature, options)
+            graph_def, data, seconds = compile_now()
             return CompiledGraph("", False, graph_def, seconds, label, view.signature, serialized=data)
         fast = keys.exact_key(view, options, self.identity)  # node-heavy graphs: exact bytes, then an alias
         compiled = self._load_alias(fast, view, label) if fast is not None else None
         if compiled is None and fast is not None and not self.read_only and self.fleet is None \
                 and self.holds_nothing():
-            compiled = self._compile_first_ever(fast, source, view, options, label)
+            compiled = self._compile_first_ever(fast, view, options, label, compile_now)
         elif compiled is None:
             fp = keys.compute(view, options, self.identity, name=label)
             compiled = self._load(fp.key, view, label)
             if compiled is None:
-                compiled = self._compile_single_flight(fp, source, view, options, label, fast)
+                compiled = self._compile_single_flight(fp, view, label, compile_now, fast)
             elif fast is not None and not self.read_only:  # found by its canonical key: later processes by
                 self.start_write(self._write_alias, fast, fp.key, label)  # the fast one (off the caller's path)
         log.info("graphcache %s %s key=%s %.3fs", "hit" if compiled.hit else "miss", label, compiled.key_source,
@@ -197,15 +226,16 @@ class GraphCache(EntryService):
         return CompiledGraph("", False, graph_def, seconds, name or ",".join(signature.fetches), signature,
                              serialized=data)
 
-    def _compile_single_flight(self, fp: keys.Fingerprint, source: graphs.Source, view: GraphView,
-                               options: Any, label: str, fast: str | None = None) -> CompiledGraph:
+    def _compile_single_flight(self, fp: keys.Fingerprint, view: GraphView, label: str,
+                               compile_now: Callable[[], tuple[Any, bytes, float]],
+                               fast: str | None = None) -> CompiledGraph:
         from .compile.compiled import CompiledGraph
 
         signature = view.signature
         if self.read_only:
             self.count_lookup(kinds.GRAPH, misses=1)
             self.count_uncacheable("read_only")
-            graph_def, data, seconds = self._compile_now(source, signature, options)
+            graph_def, data, seconds = compile_now()
             return CompiledGraph(fp.key, False, graph_def, seconds, label, signature, serialized=data)
         guard: Guard | None = self.compile_guard(fp.key)  # this host's lock (guard.local: None if that failed)
         try:
@@ -218,7 +248,7 @@ class GraphCache(EntryService):
                 if compiled is not None:
                     return compiled
             self.count_lookup(kinds.GRAPH, misses=1)
-            graph_def, data, seconds = self._compile_now(source, signature, options)
+            graph_def, data, seconds = compile_now()
             compiled, guard = self._store_compiled(guard, fp.key, fp, graph_def, data, seconds, signature, label,
                                                    fast)
             return compiled
@@ -226,8 +256,8 @@ class GraphCache(EntryService):
             if guard is not None:
                 guard.release()  # the local lock now, the lease once the entry is uploaded (core/flight.py)
 
-    def _compile_first_ever(self, fast: str, source: graphs.Source, view: GraphView, options: Any,
-                            label: str) -> CompiledGraph:
+    def _compile_first_ever(self, fast: str, view: GraphView, options: Any, label: str,
+                            compile_now: Callable[[], tuple[Any, bytes, float]]) -> CompiledGraph:
         """The miss of a graph with a fast key (keys.exact_key) on an empty store with no remote tier (a
         first-ever run): its canonical key cannot find anything, so it is computed in a thread while Grappler
         runs (C++, the GIL released) and taken by the entry's write after the caller's first run, or by a
@@ -246,7 +276,7 @@ class GraphCache(EntryService):
             pending = PendingKey(lambda: keys.compute(view, options, self.identity, name=label))
             pending.start()  # computed while Grappler runs (C++, the GIL released)
             self.count_lookup(kinds.GRAPH, misses=1)
-            graph_def, data, seconds = self._compile_now(source, view.signature, options)
+            graph_def, data, seconds = compile_now()
             compiled, guard = self._store_compiled(guard, pending, pending, graph_def, data, seconds,
                                                    view.signature, label, fast)
             return compiled

@@ -190,7 +190,7 @@ def test_frozen_model_runs_like_tf_and_imports_the_compiled_bytes(cache, cnn, mo
     with tf.compat.v1.Session(graph=graph) as plain:
         expected = plain.run(cnn.fetches[0], {cnn.feeds[0]: x})
     pinned = []
-    monkeypatch.setattr(session_module, "_pin_shared_names", lambda graph_def: pinned.append(graph_def))
+    monkeypatch.setattr(session_module, "pin_shared_names", lambda graph_def: pinned.append(graph_def))
     for attempt in range(2):  # a miss, then a hit
         with graphcache.Session(graph=graph, cache=cache) as sess:
             out = sess.run(cnn.fetches[0], {cnn.feeds[0]: x})
@@ -198,8 +198,8 @@ def test_frozen_model_runs_like_tf_and_imports_the_compiled_bytes(cache, cnn, mo
         assert compiled.hit == (attempt == 1)
         np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
     assert pinned == []  # the parsed path pins every graph it imports: this one took the bytes path
-    assert session_module._shares_state({"VarHandleOp"}) and session_module._shares_state({"a_function_name"})
-    assert not session_module._shares_state({"Conv2D", "Const", "Placeholder", "Identity"})
+    assert session_module.shares_state({"VarHandleOp"}) and session_module.shares_state({"a_function_name"})
+    assert not session_module.shares_state({"Conv2D", "Const", "Placeholder", "Identity"})
 
 
 # -- faithful to tf.compat.v1.Session (what TensorFlow's own session_test.py checks; see test_tf_session_suite.py)
@@ -215,12 +215,14 @@ def _graph_with_placeholders():
     return graph, a, b, c, r1, r2
 
 
-def test_missing_feed_error_names_the_users_placeholder(cache):
+@pytest.mark.parametrize("options", [None, tf.compat.v1.RunOptions()], ids=["plain-run miss", "run graph"])
+def test_missing_feed_error_names_the_users_placeholder(cache, options):
     graph, a, b, c, r1, r2 = _graph_with_placeholders()
     with graphcache.Session(graph=graph, cache=cache) as sess:
         with pytest.raises(tf.errors.InvalidArgumentError) as caught:
-            sess.run(r1, {a: 1.0})
-        assert sess.compiled_signatures  # it ran on the run graph
+            sess.run(r1, {a: 1.0}, options=options)
+        # a miss runs on TensorFlow's own session (plain_miss.py); a run with RunOptions on the run graph
+        assert bool(sess.compiled_signatures) == (options is not None)
     error = caught.value
     assert error.op is b.op and error.node_def.name == "b"
     assert "graphcache_" not in error.message and "graphcache_" not in str(error)
@@ -404,13 +406,18 @@ def test_signatures_share_the_weights_of_a_frozen_model(cache, cnn):
         return [op for op in g.get_operations() if op.type == "Const" and op.outputs[0].shape.is_fully_defined()
                 and op.outputs[0].shape.num_elements() * op.outputs[0].dtype.size >= 1024]
 
-    with graphcache.Session(graph=graph, cache=cache) as sess:
+    with graphcache.Session(graph=graph, cache=cache) as filling:  # misses run on TensorFlow's own session
+        missed = [filling.run(fetches, {cnn.feeds[0]: x}) for fetches in signatures]
+        assert [imported.hit for imported in filling.compiled_signatures.values()] == [False] * 3
+        assert big_constants(filling._run_graph) == []
+    with graphcache.Session(graph=graph, cache=cache) as sess:  # hits: imported into the run graph
         got = [sess.run(fetches, {cnn.feeds[0]: x}) for fetches in signatures]
-        assert len(sess.compiled_signatures) == 3
+        assert [imported.hit for imported in sess.compiled_signatures.values()] == [True] * 3
         shared = big_constants(sess._run_graph)
         scopes = {op.name.split("/")[0] for op in shared}
-    for want, have in zip(expected, got, strict=True):
-        for w, h in zip(want, have, strict=True):
+    for want, miss, have in zip(expected, missed, got, strict=True):
+        for w, m, h in zip(want, miss, have, strict=True):
+            np.testing.assert_array_equal(m, w)  # a plain-run miss is plain TensorFlow's run
             np.testing.assert_allclose(h, w, rtol=1e-5, atol=1e-6)
     with graphcache.Session(graph=graph, cache=cache) as one:
         one.run(signatures[0], {cnn.feeds[0]: x})

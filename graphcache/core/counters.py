@@ -28,7 +28,7 @@ from __future__ import annotations
 from ..entry import kinds
 
 REASONS = ("resource_ops", "invalid_graph", "lock_timeout", "read_only", "io_error", "corrupt_entry",
-           "untrusted_entry", "disabled", "small_graph")
+           "untrusted_entry", "disabled", "small_graph", "not_importable")
 UNCACHEABLE_PREFIX = "uncacheable."
 COUNTERS = ("hits", "misses", "compiles", "compile_seconds", "saved_seconds", "bytes_written", "bytes_evicted",
             "evictions", "errors", "index_rebuilds")

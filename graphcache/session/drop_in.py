@@ -33,6 +33,7 @@ runs training signatures at reduced precision until a ``TellMeStepOrLossHook`` s
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import threading
@@ -50,43 +51,16 @@ from ..compile.heap import release_freed_memory
 from ..core import settings
 from ..core.failures import warn_once
 from ..errors import UnsupportedGraphError
+from . import plain_miss
 from .lazy_cache import SessionCache
 from .placement import Placement
-from .run_graph import Imported, RunGraph, retyped
+from .plain_miss import PlainRun, RanPlain
+from .run_graph import Imported, RunGraph, pin_shared_names, retyped, shares_state
 
 if TYPE_CHECKING:
     from ..cache import GraphCache
 
 log = logging.getLogger("graphcache")
-
-_STATEFUL_NAMED = frozenset({"VariableV2", "Variable", "VarHandleOp", "TemporaryVariable"})
-
-
-def _shares_state(op_types: set[str]) -> bool:
-    """Whether a graph with these op types may hold state that _pin_shared_names must name (variables, or
-    any op with a ``shared_name`` attribute; unknown op types, such as function calls, count as such)."""
-    from tensorflow.python.framework import op_def_registry
-
-    for op in op_types:
-        op_def = op_def_registry.get(op)
-        if op in _STATEFUL_NAMED or op_def is None or any(
-                attr.name in ("shared_name", "use_node_name_sharing") for attr in op_def.attr):
-            return True
-    return False
-
-
-def _pin_shared_names(graph_def) -> None:
-    """Give stateful nodes with an empty shared_name their node name, so scoped copies share state.
-
-    TensorFlow resolves such a node's state by node name, which the import scope would change.
-    """
-    for node in graph_def.node:
-        named_by_node = node.op in _STATEFUL_NAMED or "shared_name" in node.attr
-        if named_by_node and not node.attr["shared_name"].s:
-            node.attr["shared_name"].s = node.name.encode()
-        if node.attr.get("use_node_name_sharing") is not None and node.attr["use_node_name_sharing"].b:
-            node.attr["use_node_name_sharing"].b = False
-
 
 def _signature_key(feeds, fetches, targets) -> tuple:
     return (tuple(sorted({t.name for t in feeds})), tuple(sorted({t.name for t in fetches})),
@@ -245,13 +219,23 @@ class _CachingSession:
                 self.graph, [t.op.name for t in fetch_list] + [op.name for op in target_list])
         imported = self._signatures.get((signature_key, variant.rewriter if variant else ""))
         if imported is None:
-            imported = self._prepare(signature_key, variant)
+            plain_run = None
+            if variant is None and options is None and run_metadata is None:  # a miss may run it the plain way
+                plain_run = PlainRun(functools.partial(super()._do_run, None, target_list, fetch_list, feed_dict),
+                                     *signature_key)
+            imported = self._prepare(signature_key, variant, plain_run)
             if imported is None:  # the session switched to plain TensorFlow
+                return super()._do_run(handle, target_list, fetch_list, feed_dict, options, run_metadata)
+            if plain_run is not None and plain_run.ran:  # the miss ran it (plain_miss.py)
+                return plain_run.outputs
+            if isinstance(imported, RanPlain):
                 return super()._do_run(handle, target_list, fetch_list, feed_dict, options, run_metadata)
             try:
                 return self._run_imported(imported, target_list, fetch_list, feed_dict, options, run_metadata)
             finally:  # the compile, the import and the first run's set-up freed copies of the graph
                 release_freed_memory()
+        if isinstance(imported, RanPlain):
+            return super()._do_run(handle, target_list, fetch_list, feed_dict, options, run_metadata)
         return self._run_imported(imported, target_list, fetch_list, feed_dict, options, run_metadata)
 
     def _run_imported(self, imported, target_list, fetch_list, feed_dict, options, run_metadata):
@@ -294,7 +278,8 @@ class _CachingSession:
 
         return self._do_call(translated, *args)
 
-    def _prepare(self, signature_key: tuple, variant: accelerate.Variant | None = None) -> Imported | None:
+    def _prepare(self, signature_key: tuple, variant: accelerate.Variant | None = None,
+                 plain_run: PlainRun | None = None) -> Imported | RanPlain | None:
         variant_name = variant.rewriter if variant else ""
         with self._prepare_lock:
             if (signature_key, variant_name) in self._signatures:
@@ -325,19 +310,28 @@ class _CachingSession:
                     else:
                         warn_once("accelerate_no_loss_scale", f"graphcache: accelerate_train_mode trains "
                                   f"{label} in float16 without graphcache's loss scaling: {why_not}")
-            compiled = self._compile(graph_def, fetches, feeds, targets, options, label)
+            if plain_run is not None and plain_miss.possible(self._config, {n.op for n in graph_def.node},
+                                                             shares_state):
+                compiled = plain_miss.compile_by_running(self._cache.get(), graph_def, fetches, feeds, targets,
+                                                         options, "session:" + label, plain_run)
+                if compiled is None or not compiled.hit:  # ran plain: it stays on TensorFlow's own session
+                    ran = RanPlain(compiled.key_source if compiled is not None else "", stored=compiled is not None)
+                    self._signatures[(signature_key, variant_name)] = ran
+                    return ran
+            else:
+                compiled = self._compile(graph_def, fetches, feeds, targets, options, label)
             if compiled is None:  # the session switched to plain TensorFlow
                 return None
             del graph_def  # a frozen model's weights: not held while the compiled graph is imported
             run_graph_def = None
-            if variant is not None or _shares_state(compiled.op_types()):
+            if variant is not None or shares_state(compiled.op_types()):
                 # Parsed and edited in place, then imported. Stateless graphs skip this and are imported
                 # from their bytes as they are (no parse) when nothing can be shared.
                 run_graph_def = compiled.graph_def
                 if variant is not None and not accelerate.low_precision_casts(run_graph_def, variant.dtype):
                     warn_once("accelerate_no_casts", f"graphcache: {variant.rewriter} converted nothing in "
                               f"{label} to {variant.dtype}: it trains at the original precision")
-                _pin_shared_names(run_graph_def)
+                pin_shared_names(run_graph_def)
             scope = f"graphcache_{next(self._scope_ids)}"  # unique in this session's run graph
             keep = {name.rpartition(":")[0] for name in (*feeds, *fetches)} | set(targets)
             self._runner.add(compiled, scope, keep, run_graph_def)
@@ -391,7 +385,7 @@ class _CachingSession:
         if imported is None:
             imported = self._prepare(signature_key)
             release_freed_memory()
-        if imported is None:
+        if imported is None or isinstance(imported, RanPlain):
             return super().partial_run_setup(fetches, feeds)
         graph = self._runner.graph
         handle = self._call_run_graph(
@@ -467,7 +461,7 @@ class _CachingSession:
         if imported is None:
             imported = self._prepare(signature_key)
             release_freed_memory()
-        if imported is None:
+        if imported is None or isinstance(imported, RanPlain):
             return super()._make_callable_from_options(callable_options)
         scoped = config_pb2.CallableOptions()
         scoped.CopyFrom(callable_options)

@@ -39,6 +39,36 @@ _OPTIMIZER_SEGMENT = re.compile(r"(^|/)(?:[A-Za-z]*Optimizer|ConstantFolding|Rem
 _OPTIMIZER_SUFFIX = re.compile(r"-\d+-\w+-LayoutOptimizer$|/_\d+$|_\d+_folded$")
 
 
+_STATEFUL_NAMED = frozenset({"VariableV2", "Variable", "VarHandleOp", "TemporaryVariable"})
+
+
+def shares_state(op_types: set[str]) -> bool:
+    """Whether a graph with these op types may hold state that pin_shared_names must name (variables, or
+    any op with a ``shared_name`` attribute; unknown op types, such as function calls, count as such)."""
+    from tensorflow.python.framework import op_def_registry
+
+    for op in op_types:
+        op_def = op_def_registry.get(op)
+        if op in _STATEFUL_NAMED or op_def is None or any(
+                attr.name in ("shared_name", "use_node_name_sharing") for attr in op_def.attr):
+            return True
+    return False
+
+
+def pin_shared_names(graph_def) -> None:
+    """Give stateful nodes with an empty shared_name their node name, so scoped copies share state.
+
+    TensorFlow resolves such a node's state by node name, which the import scope would change.
+    """
+    for node in graph_def.node:
+        named_by_node = node.op in _STATEFUL_NAMED or "shared_name" in node.attr
+        if named_by_node and not node.attr["shared_name"].s:
+            node.attr["shared_name"].s = node.name.encode()
+        if node.attr.get("use_node_name_sharing") is not None and node.attr["use_node_name_sharing"].b:
+            node.attr["use_node_name_sharing"].b = False
+
+
+
 class PlainSession(tf_session_lib.Session):
     """tf.compat.v1.Session as it is: what runs the run graph (install() redirects only the exact class)."""
 

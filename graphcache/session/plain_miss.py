@@ -1,0 +1,108 @@
+"""A Session's miss compiled by running it the plain TensorFlow way, and the compiled graph kept as the entry.
+
+Compiling a miss offline (Grappler through ``TF_OptimizeGraphSerialized``) holds several serialized copies of
+the graph at once, on top of what the session already keeps: a frozen ResNet50's 4-signature Session peaked
+at 1.22x plain TensorFlow and took 1.7x its time (benchmarks/session_collect_probe.py). So a miss runs the
+signature on the Session's own TensorFlow session, over the user's graph, as plain TensorFlow would, asking
+for the graph its executor runs (``RunOptions.output_partition_graphs``); compile/collected.py makes that
+importable and GraphCache stores it under the signature's key (``compile_by_running``). The signature keeps
+running on that session in this process (``RanPlain``): its memory and its results are plain TensorFlow's.
+Other processes hit the entry and import it into their run graph like any compiled graph.
+
+Only where the plain session and the run graph cannot disagree: a graph without state shared by name
+(variables: a signature run on the user's graph would not share them with those in the run graph), without
+GPUs (one partition per run) and without XLA auto-clustering, for a run without ``RunOptions`` or
+``RunMetadata`` of the caller's (the partition graphs would have to be kept out of the caller's metadata) and
+at the original precision. Everything else compiles offline, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tensorflow.core.protobuf import config_pb2
+from tensorflow.python.client import pywrap_tf_session as tf_session
+
+from ..compile import collected
+
+if TYPE_CHECKING:
+    from ..cache import GraphCache
+    from ..compile.compiled import CompiledGraph
+
+log = logging.getLogger("graphcache")
+
+
+@dataclass(frozen=True)
+class RanPlain:
+    """A signature whose miss ran on the Session's own TensorFlow session: it keeps running there."""
+
+    key_source: Any  # the entry's key (or its PendingKey); "" when nothing was stored
+    hit: bool = False
+    variant: str = ""
+    loss_scaled: bool = False
+    stored: bool = True
+
+    @property
+    def key(self) -> str:
+        return self.key_source if isinstance(self.key_source, str) else self.key_source.key
+
+
+def possible(session_config: Any, op_types: set[str], shares_state: Callable[[set[str]], bool]) -> bool:
+    """Whether a miss of this session's graph may run the plain way (see the module docstring)."""
+    from ..compile import identity
+
+    jit = session_config.graph_options.optimizer_options.global_jit_level if session_config is not None else 0
+    if jit not in (config_pb2.OptimizerOptions.DEFAULT, config_pb2.OptimizerOptions.OFF):
+        return False
+    return not shares_state(op_types) and not identity.gpus()
+
+
+class PlainRun:
+    """One run of a signature on the Session's own TensorFlow session that collects what it compiled.
+
+    ``do_run(options, run_metadata)`` is TensorFlow's ``Session._do_run`` with the run's other arguments bound;
+    calling the object runs it (from inside GraphCache's miss, under the key's lock) and returns the compiled
+    graph's bytes, or raises ``collected.NotImportable`` after the run, whose outputs are kept either way.
+    """
+
+    def __init__(self, do_run: Callable[[Any, Any], Any], feeds: tuple, fetches: tuple, targets: tuple) -> None:
+        self._do_run = do_run
+        self._signature = (list(feeds), list(fetches), list(targets))
+        self.ran = False
+        self.outputs: Any = None
+
+    def __call__(self) -> bytes:
+        options = config_pb2.RunOptions(output_partition_graphs=True)
+        options_ptr = tf_session.TF_NewBufferFromString(options.SerializeToString())
+        metadata_ptr = tf_session.TF_NewBuffer()
+        try:
+            self.outputs = self._do_run(options_ptr, metadata_ptr)
+            self.ran = True
+            metadata = config_pb2.RunMetadata.FromString(tf_session.TF_GetBuffer(metadata_ptr))
+        finally:
+            tf_session.TF_DeleteBuffer(metadata_ptr)
+            tf_session.TF_DeleteBuffer(options_ptr)
+        graph_def = collected.importable(list(metadata.partition_graphs), *self._signature)
+        del metadata
+        return graph_def.SerializeToString()
+
+
+def compile_by_running(cache: GraphCache, graph_def: Any, fetches: tuple, feeds: tuple, targets: tuple, options: Any,
+                       name: str, plain_run: PlainRun) -> CompiledGraph | None:
+    """A hit, or the miss run the plain way with what TensorFlow compiled stored; None when it ran but its graph
+    could not be kept (counted as ``not_importable``)."""
+    if cache.pending_writes:  # an earlier entry's write holds its payload: not during this run's compile
+        cache.wait_for_writes()
+    try:
+        compiled = cache.compile_by_running(graph_def, fetches, feeds, targets, run=plain_run, options=options,
+                                            name=name)
+    except collected.NotImportable as exc:
+        log.info("graphcache: %s ran the plain way and is not cached: %s", name, exc)
+        cache.count_uncacheable("not_importable")
+        return None
+    if not compiled.hit:
+        compiled.first_run_done()  # the run is over: the entry's write may start
+    return compiled
