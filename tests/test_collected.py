@@ -70,6 +70,22 @@ def test_a_run_of_targets_keeps_them_by_name():
     assert np.array_equal(replay(graph_def, ["pooled:0"], feeds, ["done"])[0], expected[0])
 
 
+def test_a_feed_the_run_does_not_need_stays_feedable():
+    """TensorFlow prunes a fed tensor the fetches do not need (no ``_Arg``): it comes back as a Placeholder."""
+    graph = model_graph()
+    with graph.as_default():
+        tf.compat.v1.placeholder(tf.bool, [], name="training")
+    feeds = {"x:0": IMAGES, "training:0": True}
+    expected, partitions = collect(graph, ["logits:0"], feeds)
+    graph_def = importable(partitions, list(feeds), ["logits:0"], feed_types={"training:0": tf.bool.as_datatype_enum})
+    training = next(node for node in graph_def.node if node.name == "training")
+    assert training.op == "Placeholder" and training.attr["dtype"].type == tf.bool.as_datatype_enum
+    assert np.array_equal(replay(graph_def, ["logits:0"], feeds)[0], expected[0])
+    _, partitions = collect(graph, ["logits:0"], feeds)
+    with pytest.raises(NotImportable, match="'training:0' is not used by the run"):
+        importable(partitions, list(feeds), ["logits:0"])  # no dtype for it
+
+
 def test_what_cannot_stand_in_for_a_compiled_graph_is_refused_with_the_reason():
     feeds = {"split:1": IMAGES[..., :1]}  # a node's second output fed: no Placeholder can carry that name
     _, partitions = collect(model_graph(), ["second_channel:0"], feeds)

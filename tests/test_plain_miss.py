@@ -83,6 +83,20 @@ def test_a_miss_whose_compiled_graph_cannot_be_kept_runs_plain_and_is_counted(ca
     assert cache.stats().uncacheable.get("not_importable") == 1 and cache.stats().entries == 0
 
 
+def test_a_feed_the_run_does_not_need_is_fed_on_the_hit_too(cache, monkeypatch):
+    monkeypatch.setenv("GRAPHCACHE_MIN_NODES", "0")
+    graph = _split_graph()
+    with graph.as_default():
+        tf.compat.v1.placeholder(tf.bool, [], name="training")  # fed by the caller, needed by nothing
+    feeds = {"x:0": np.arange(4, dtype=np.float32), "training:0": False}
+    kinds = []
+    for _ in range(2):  # the miss runs plain and stores; the hit imports the entry and is fed the same way
+        with graphcache.Session(graph=graph, cache=cache) as sess:
+            assert sess.run("total:0", feeds) == 14.0
+            kinds += [(type(s).__name__, s.hit) for s in sess.compiled_signatures.values()]
+    assert kinds == [("RanPlain", False), ("Imported", True)]
+
+
 @pytest.mark.parametrize("case", ["variables", "run options"])
 def test_state_and_run_options_keep_the_run_graph(cache, monkeypatch, case):
     """A graph with variables (a plain run would not share them with the run graph's signatures) and a run

@@ -18,7 +18,7 @@ passes renamed, a name the importer refuses.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from tensorflow.core.framework import graph_pb2, node_def_pb2
 
@@ -36,9 +36,12 @@ def _tensor(name: str) -> tuple[str, str]:
 
 
 def importable(partitions: Sequence[graph_pb2.GraphDef], feeds: Sequence[str], fetches: Sequence[str],
-               targets: Sequence[str] = ()) -> graph_pb2.GraphDef:
+               targets: Sequence[str] = (), feed_types: Mapping[str, int] | None = None) -> graph_pb2.GraphDef:
     """The one partition graph of a run made importable by the user's names, edited in place (a frozen
-    model's weights are not copied). ``feeds`` and ``fetches`` are tensor names, ``targets`` op names."""
+    model's weights are not copied). ``feeds`` and ``fetches`` are tensor names, ``targets`` op names.
+
+    A feed the fetches do not need has no ``_Arg`` (TensorFlow prunes it): it gets a Placeholder of its
+    dtype in ``feed_types`` (a ``DataType`` enum by feed name), so that a run graph can still be fed it."""
     if len(partitions) != 1:
         raise NotImportable(f"the run spans {len(partitions)} partition graphs (devices), not one")
     graph_def = partitions[0]
@@ -63,15 +66,22 @@ def importable(partitions: Sequence[graph_pb2.GraphDef], feeds: Sequence[str], f
             if len(node.input) != 1 or _tensor(node.input[0]) != _tensor(fetch):
                 raise NotImportable(f"fetch {fetch!r} is computed by {list(node.input)} in TensorFlow's graph")
             retvals.append(position)
-    if len(renamed) != len(feed_order) or len(retvals) != len(fetch_order):
-        raise NotImportable(f"the call frame has {len(renamed)} arguments and {len(retvals)} results for "
-                            f"{len(feed_order)} feeds and {len(fetch_order)} fetches")
+    if len(retvals) != len(fetch_order):
+        raise NotImportable(f"the call frame has {len(retvals)} results for {len(fetch_order)} fetches")
     for position in reversed(retvals):
         del graph_def.node[position]
     names = {node.name for node in graph_def.node if node.name not in renamed}
-    clash = sorted(set(renamed.values()) & names)
+    unused = [feed for feed in feed_order if _tensor(feed)[0] not in renamed.values()]
+    clash = sorted((set(renamed.values()) | {_tensor(feed)[0] for feed in unused}) & names)
     if clash:
         raise NotImportable(f"fed node {clash[0]!r} is still in TensorFlow's graph beside its feed")
+    for feed in unused:  # pruned by TensorFlow: a Placeholder so that a run graph can still be fed it
+        fed_node, port = _tensor(feed)
+        dtype = (feed_types or {}).get(feed)
+        if port != "0" or dtype is None:
+            raise NotImportable(f"feed {feed!r} is not used by the run and cannot stand as a Placeholder")
+        placeholder = graph_def.node.add(name=fed_node, op="Placeholder")
+        placeholder.attr["dtype"].type = dtype
     for node in graph_def.node:
         node.name = renamed.get(node.name, node.name)
         if node.name.startswith("_"):

@@ -3,7 +3,8 @@
 How it works. The user's graph G is left alone. The first time a (feeds, fetches, targets) signature
 runs, its fan-in is compiled through the cache and the compiled graph is imported, under its own name
 scope, into a private run graph R (graphcache/session/run_graph.py); a plain session on R (optimizers off) runs
-every step. All signatures live in that one session, so variable state is shared: every variable keeps
+every step. A miss of a graph without shared state runs the plain way instead, on this session's own
+TensorFlow session over G, and stores what TensorFlow compiled for it (plain_miss.py). All signatures live in that one session, so variable state is shared: every variable keeps
 the shared name it had in G (its node name when it had none), so the copies in each scope resolve to one
 variable. Large constants are imported once and shared by the signatures that hold them. Library
 functions in compiled graphs are named by their content, so signatures never clash.
@@ -222,7 +223,7 @@ class _CachingSession:
             plain_run = None
             if variant is None and options is None and run_metadata is None:  # a miss may run it the plain way
                 plain_run = PlainRun(functools.partial(super()._do_run, None, target_list, fetch_list, feed_dict),
-                                     *signature_key)
+                                     feed_dict, *signature_key)
             imported = self._prepare(signature_key, variant, plain_run)
             if imported is None:  # the session switched to plain TensorFlow
                 return super()._do_run(handle, target_list, fetch_list, feed_dict, options, run_metadata)
@@ -310,8 +311,7 @@ class _CachingSession:
                     else:
                         warn_once("accelerate_no_loss_scale", f"graphcache: accelerate_train_mode trains "
                                   f"{label} in float16 without graphcache's loss scaling: {why_not}")
-            if plain_run is not None and plain_miss.possible(self._config, {n.op for n in graph_def.node},
-                                                             shares_state):
+            if plain_run is not None and plain_miss.possible(self._config, graph_def, shares_state):
                 compiled = plain_miss.compile_by_running(self._cache.get(), graph_def, fetches, feeds, targets,
                                                          options, "session:" + label, plain_run)
                 if compiled is None or not compiled.hit:  # ran plain: it stays on TensorFlow's own session

@@ -50,14 +50,16 @@ class RanPlain:
         return self.key_source if isinstance(self.key_source, str) else self.key_source.key
 
 
-def possible(session_config: Any, op_types: set[str], shares_state: Callable[[set[str]], bool]) -> bool:
+def possible(session_config: Any, graph_def: Any, shares_state: Callable[[set[str]], bool]) -> bool:
     """Whether a miss of this session's graph may run the plain way (see the module docstring)."""
-    from ..compile import identity
+    from ..compile import graphs, identity
 
     jit = session_config.graph_options.optimizer_options.global_jit_level if session_config is not None else 0
     if jit not in (config_pb2.OptimizerOptions.DEFAULT, config_pb2.OptimizerOptions.OFF):
         return False
-    return not shares_state(op_types) and not identity.gpus()
+    # resource ops added since the session's first run (which checked the graph then) compile as before
+    return (not shares_state({node.op for node in graph_def.node}) and not graphs.unsupported_nodes(graph_def)
+            and not identity.gpus())
 
 
 class PlainRun:
@@ -68,9 +70,11 @@ class PlainRun:
     graph's bytes, or raises ``collected.NotImportable`` after the run, whose outputs are kept either way.
     """
 
-    def __init__(self, do_run: Callable[[Any, Any], Any], feeds: tuple, fetches: tuple, targets: tuple) -> None:
+    def __init__(self, do_run: Callable[[Any, Any], Any], feed_dict: dict, feeds: tuple, fetches: tuple,
+                 targets: tuple) -> None:
         self._do_run = do_run
         self._signature = (list(feeds), list(fetches), list(targets))
+        self._feed_types = {ref.deref().name: ref.deref().dtype.base_dtype.as_datatype_enum for ref in feed_dict}
         self.ran = False
         self.outputs: Any = None
 
@@ -85,7 +89,7 @@ class PlainRun:
         finally:
             tf_session.TF_DeleteBuffer(metadata_ptr)
             tf_session.TF_DeleteBuffer(options_ptr)
-        graph_def = collected.importable(list(metadata.partition_graphs), *self._signature)
+        graph_def = collected.importable(list(metadata.partition_graphs), *self._signature, self._feed_types)
         del metadata
         return graph_def.SerializeToString()
 
