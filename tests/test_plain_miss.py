@@ -97,19 +97,22 @@ def test_a_feed_the_run_does_not_need_is_fed_on_the_hit_too(cache, monkeypatch):
     assert kinds == [("RanPlain", False), ("Imported", True)]
 
 
-@pytest.mark.parametrize("case", ["variables", "run options"])
+@pytest.mark.parametrize("case", ["variables", "run options", "no partition graphs"])
 def test_state_and_run_options_keep_the_run_graph(cache, monkeypatch, case):
-    """A graph with variables (a plain run would not share them with the run graph's signatures) and a run
-    with the caller's RunOptions compile offline and run on the run graph, as before."""
+    """A graph with variables (a plain run would not share them with the run graph's signatures), a run
+    with the caller's RunOptions, and a session whose config forbids partition graphs compile offline and run
+    on the run graph, as before."""
     monkeypatch.setenv("GRAPHCACHE_MIN_NODES", "0")
     graph = _split_graph()
+    config = tf.compat.v1.ConfigProto()
+    config.experimental.disable_output_partition_graphs = case == "no partition graphs"
     if case == "variables":
         with graph.as_default():
             counter = tf.compat.v1.Variable(1.0, use_resource=False, name="counter")
             tf.add(counter, graph.get_tensor_by_name("total:0"), name="total_plus")
     options = tf.compat.v1.RunOptions() if case == "run options" else None
     fetch = "total_plus:0" if case == "variables" else "total:0"
-    with graphcache.Session(graph=graph, cache=cache) as sess:
+    with graphcache.Session(graph=graph, cache=cache, config=config) as sess:
         if case == "variables":
             sess.run(counter.initializer)
         value = sess.run(fetch, {"x:0": np.arange(4, dtype=np.float32)}, options=options)

@@ -3,10 +3,11 @@
 How it works. The user's graph G is left alone. The first time a (feeds, fetches, targets) signature
 runs, its fan-in is compiled through the cache and the compiled graph is imported, under its own name
 scope, into a private run graph R (graphcache/session/run_graph.py); a plain session on R (optimizers off) runs
-every step. A miss of a graph without shared state runs the plain way instead, on this session's own
-TensorFlow session over G, and stores what TensorFlow compiled for it (plain_miss.py). All signatures live in that one session, so variable state is shared: every variable keeps
-the shared name it had in G (its node name when it had none), so the copies in each scope resolve to one
-variable. Large constants are imported once and shared by the signatures that hold them. Library
+every step. A miss of a graph without state shared by name runs the plain way instead, on this session's
+own TensorFlow session over G, and stores what TensorFlow compiled for it (plain_miss.py); such a
+signature keeps running there. A graph with variables always goes through R, so all its signatures live
+in that one session and variable state is shared: every variable keeps the shared name it had in G (its
+node name when it had none), so the copies in each scope resolve to one variable. Large constants are imported once and shared by the signatures that hold them. Library
 functions in compiled graphs are named by their content, so signatures never clash.
 
 Faithful to tf.compat.v1.Session. The public surface (fetch structures, feed validation, ``run``

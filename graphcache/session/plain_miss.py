@@ -54,9 +54,12 @@ def possible(session_config: Any, graph_def: Any, shares_state: Callable[[set[st
     """Whether a miss of this session's graph may run the plain way (see the module docstring)."""
     from ..compile import graphs, identity
 
-    jit = session_config.graph_options.optimizer_options.global_jit_level if session_config is not None else 0
-    if jit not in (config_pb2.OptimizerOptions.DEFAULT, config_pb2.OptimizerOptions.OFF):
-        return False
+    if session_config is not None:
+        jit = session_config.graph_options.optimizer_options.global_jit_level
+        if jit not in (config_pb2.OptimizerOptions.DEFAULT, config_pb2.OptimizerOptions.OFF):
+            return False
+        if session_config.experimental.disable_output_partition_graphs:  # TensorFlow would refuse the run
+            return False
     # resource ops added since the session's first run (which checked the graph then) compile as before
     return (not shares_state({node.op for node in graph_def.node}) and not graphs.unsupported_nodes(graph_def)
             and not identity.gpus())
