@@ -229,6 +229,7 @@ class _CachingSession:
             if imported is None:  # the session switched to plain TensorFlow
                 return super()._do_run(handle, target_list, fetch_list, feed_dict, options, run_metadata)
             if plain_run is not None and plain_run.ran:  # the miss ran it (plain_miss.py)
+                release_freed_memory()  # the source GraphDef, the collected graph's copies (compile/heap.py)
                 return plain_run.outputs
             if isinstance(imported, RanPlain):
                 return super()._do_run(handle, target_list, fetch_list, feed_dict, options, run_metadata)
