@@ -2,8 +2,9 @@
 
 session_memory.py gives one peak per process. This one samples the process's resident set (VmRSS, every
 3 ms, in a thread) while a session runs each fetch signature of a frozen model once, and marks the phases:
-for graphcache's miss (``graphcache.Session`` on an empty cache dir) the offline Grappler call, the import of
-the compiled graph into the run graph, the first run and the wait for earlier entries' writes; for plain
+for graphcache's miss (``graphcache.Session`` on an empty cache dir) the plain run whose compiled graph it
+collects (session/plain_miss.py) or, where a miss compiles offline, the offline Grappler call, the import of
+the compiled graph into the run graph and the first run; the wait for earlier entries' writes; for plain
 TensorFlow each signature's first run (Grappler, executors and the run inside it). Per phase it prints the
 RSS when the phase started and the most it reached until the next phase began, both as growth over the RSS
 right before the session (after TensorFlow's and the graph's import).
@@ -101,8 +102,9 @@ def child_timeline(variant: str, model: str, signatures: int, cache_dir: str | N
     else:
         from graphcache import GraphCache, Session
         from graphcache.compile.compilers import grappler
-        from graphcache.session import run_graph
+        from graphcache.session import plain_miss, run_graph
 
+        timeline.wrap(plain_miss.PlainRun, "__call__", "plain run (Grappler inside), its graph collected")
         timeline.wrap(grappler.GrapplerCompiler, "compile_serialized", "Grappler (offline call)")
         timeline.wrap(run_graph.RunGraph, "add", "import into the run graph")
         timeline.wrap(run_graph.RunGraph, "run", "first run (executor, kernels, the run)")
