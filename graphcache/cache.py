@@ -144,18 +144,13 @@ class GraphCache(EntryService):
         and returns the serialized graph TensorFlow compiled for it (compile/collected.py), stored as the
         entry. A graphcache.Session's miss: no offline Grappler call and its copies of the graph. ``run``
         is not called on a hit; its exceptions reach the caller, the key's lock released."""
-        from .compile import graphs, importing, keys
+        from .compile import pipeline
 
         source, view, label = self._inputs(graph, fetches, feeds, targets, options, name)
 
         def compile_now() -> tuple[Any, bytes, float]:
             start = time.perf_counter()
-            data = run()
-            graph_def = None
-            if importing.library_bytes(data):  # content-named functions, as pipeline.compile_now does
-                graph_def = graphs.parse_graph_def(data, origin="the collected graph")
-                keys.canonical_function_names(graph_def)
-                data = graphs.serialize(graph_def)
+            graph_def, data = pipeline.content_named(run())
             return graph_def, data, time.perf_counter() - start
 
         return self._through_cache(source, view, options, label, compile_now)

@@ -22,17 +22,13 @@ from collections.abc import Mapping, Sequence
 
 from tensorflow.core.framework import graph_pb2, node_def_pb2
 
+from .graphs import input_node, tensor_name
+
 _CROSS_DEVICE = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
 
 
 class NotImportable(ValueError):
     """The session's graph cannot stand in for a compiled one (the message says why)."""
-
-
-def _tensor(name: str) -> tuple[str, str]:
-    """``"a:1"`` -> ("a", "1"); ``"a"`` -> ("a", "0")."""
-    node, sep, port = name.rpartition(":")
-    return (node, port) if sep and port.isdigit() else (name, "0")
 
 
 def importable(partitions: Sequence[graph_pb2.GraphDef], feeds: Sequence[str], fetches: Sequence[str],
@@ -41,11 +37,12 @@ def importable(partitions: Sequence[graph_pb2.GraphDef], feeds: Sequence[str], f
     model's weights are not copied). ``feeds`` and ``fetches`` are tensor names, ``targets`` op names.
 
     A feed the fetches do not need has no ``_Arg`` (TensorFlow prunes it): it gets a Placeholder of its
-    dtype in ``feed_types`` (a ``DataType`` enum by feed name), so that a run graph can still be fed it."""
+    dtype in ``feed_types`` (a ``DataType`` enum by tensor name), so that a run graph can still be fed it."""
     if len(partitions) != 1:
         raise NotImportable(f"the run spans {len(partitions)} partition graphs (devices), not one")
     graph_def = partitions[0]
-    feed_order, fetch_order = sorted(set(feeds)), sorted(set(fetches))
+    feed_order = sorted({tensor_name(feed) for feed in feeds})  # "node:port", as TensorFlow names them
+    fetch_order = sorted({tensor_name(fetch) for fetch in fetches})
     renamed: dict[str, str] = {}  # _Arg node -> the fed node's name
     retvals: list[int] = []
     for position, node in enumerate(graph_def.node):
@@ -53,7 +50,7 @@ def importable(partitions: Sequence[graph_pb2.GraphDef], feeds: Sequence[str], f
             raise NotImportable(f"node {node.name!r} ({node.op}) passes tensors between devices")
         if node.op == "_Arg":
             feed = feed_order[_index(node, len(feed_order))]
-            fed_node, port = _tensor(feed)
+            fed_node, _, port = feed.rpartition(":")
             if port != "0":
                 raise NotImportable(f"feed {feed!r} is output {port} of its node: a Placeholder has one output")
             dtype = node.attr["T"].type
@@ -63,7 +60,7 @@ def importable(partitions: Sequence[graph_pb2.GraphDef], feeds: Sequence[str], f
             renamed[node.name] = fed_node
         elif node.op == "_Retval":
             fetch = fetch_order[_index(node, len(fetch_order))]
-            if len(node.input) != 1 or _tensor(node.input[0]) != _tensor(fetch):
+            if len(node.input) != 1 or tensor_name(node.input[0]) != fetch:
                 raise NotImportable(f"fetch {fetch!r} is computed by {list(node.input)} in TensorFlow's graph")
             retvals.append(position)
     if len(retvals) != len(fetch_order):
@@ -71,12 +68,12 @@ def importable(partitions: Sequence[graph_pb2.GraphDef], feeds: Sequence[str], f
     for position in reversed(retvals):
         del graph_def.node[position]
     names = {node.name for node in graph_def.node if node.name not in renamed}
-    unused = [feed for feed in feed_order if _tensor(feed)[0] not in renamed.values()]
-    clash = sorted((set(renamed.values()) | {_tensor(feed)[0] for feed in unused}) & names)
+    unused = [feed for feed in feed_order if input_node(feed) not in renamed.values()]
+    clash = sorted((set(renamed.values()) | {input_node(feed) for feed in unused}) & names)
     if clash:
         raise NotImportable(f"fed node {clash[0]!r} is still in TensorFlow's graph beside its feed")
     for feed in unused:  # pruned by TensorFlow: a Placeholder so that a run graph can still be fed it
-        fed_node, port = _tensor(feed)
+        fed_node, _, port = feed.rpartition(":")
         dtype = (feed_types or {}).get(feed)
         if port != "0" or dtype is None:
             raise NotImportable(f"feed {feed!r} is not used by the run and cannot stand as a Placeholder")
@@ -86,11 +83,10 @@ def importable(partitions: Sequence[graph_pb2.GraphDef], feeds: Sequence[str], f
         node.name = renamed.get(node.name, node.name)
         if node.name.startswith("_"):
             raise NotImportable(f"node {node.name!r}: the importer refuses names that start with '_'")
-        for i, text in enumerate(node.input):
-            control = text.startswith("^")
-            source, sep, port = (text[1:] if control else text).partition(":")
+        for i, text in enumerate(node.input):  # "a", "a:1", "^a": the node's name comes first after any "^"
+            source = input_node(text)
             if source in renamed:
-                node.input[i] = ("^" if control else "") + renamed[source] + sep + port
+                node.input[i] = text.replace(source, renamed[source], 1)
     missing = sorted(set(targets) - {node.name for node in graph_def.node})
     if missing:
         raise NotImportable(f"target {missing[0]!r} is not in TensorFlow's graph")

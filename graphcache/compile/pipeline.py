@@ -25,10 +25,15 @@ def compile_now(compiler: Compiler, source: graphs.Source, signature: Signature,
     """Validate and compile: (the GraphDef when it had to be parsed, its bytes, seconds)."""
     start = time.perf_counter()
     tf_graph = source.tf_graph if source.tf_graph is not None else validation.validate(source.graph_def, signature)
-    data = compiler.compile_serialized(source.graph_def, tf_graph, signature, options)
-    graph_def = None
-    if importing.library_bytes(data):  # library functions get content-derived names (keys.py)
-        graph_def = graph_pb2.GraphDef.FromString(data)
-        keys.canonical_function_names(graph_def)
-        data = graphs.serialize(graph_def)
+    graph_def, data = content_named(compiler.compile_serialized(source.graph_def, tf_graph, signature, options))
     return graph_def, data, time.perf_counter() - start
+
+
+def content_named(data: bytes) -> tuple[graph_pb2.GraphDef | None, bytes]:
+    """A compiled graph's bytes with its library functions renamed by their content (keys.py): (the GraphDef
+    when it had to be parsed for that, the bytes). A graph without a library is returned as it is."""
+    if not importing.library_bytes(data):
+        return None, data
+    graph_def = graph_pb2.GraphDef.FromString(data)
+    keys.canonical_function_names(graph_def)
+    return graph_def, graphs.serialize(graph_def)

@@ -4,11 +4,11 @@ How it works. The user's graph G is left alone. The first time a (feeds, fetches
 runs, its fan-in is compiled through the cache and the compiled graph is imported, under its own name
 scope, into a private run graph R (graphcache/session/run_graph.py); a plain session on R (optimizers off) runs
 every step. A miss of a graph without state shared by name runs the plain way instead, on this session's
-own TensorFlow session over G, and stores what TensorFlow compiled for it (plain_miss.py); such a
-signature keeps running there. A graph with variables always goes through R, so all its signatures live
-in that one session and variable state is shared: every variable keeps the shared name it had in G (its
-node name when it had none), so the copies in each scope resolve to one variable. Large constants are imported once and shared by the signatures that hold them. Library
-functions in compiled graphs are named by their content, so signatures never clash.
+own TensorFlow session over G, and stores what TensorFlow compiled for it (plain_miss.py); such a signature
+keeps running there. A graph with variables always goes through R, so its signatures share one session and
+its variables: each keeps the shared name it had in G (its node name when it had none), so the copies in
+each scope resolve to one variable. Large constants are imported once and shared by the signatures that
+hold them. Library functions in compiled graphs are named by their content, so signatures never clash.
 
 Faithful to tf.compat.v1.Session. The public surface (fetch structures, feed validation, ``run``
 options, the default-session machinery) is TensorFlow's own: only the lowest steps are redirected from G
@@ -231,13 +231,12 @@ class _CachingSession:
             if plain_run is not None and plain_run.ran:  # the miss ran it (plain_miss.py)
                 release_freed_memory()  # the source GraphDef, the collected graph's copies (compile/heap.py)
                 return plain_run.outputs
-            if isinstance(imported, RanPlain):
-                return super()._do_run(handle, target_list, fetch_list, feed_dict, options, run_metadata)
-            try:
-                return self._run_imported(imported, target_list, fetch_list, feed_dict, options, run_metadata)
-            finally:  # the compile, the import and the first run's set-up freed copies of the graph
-                release_freed_memory()
-        if isinstance(imported, RanPlain):
+            if not isinstance(imported, RanPlain):
+                try:
+                    return self._run_imported(imported, target_list, fetch_list, feed_dict, options, run_metadata)
+                finally:  # the compile, the import and the first run's set-up freed copies of the graph
+                    release_freed_memory()
+        if isinstance(imported, RanPlain):  # its miss ran the plain way: it keeps running there
             return super()._do_run(handle, target_list, fetch_list, feed_dict, options, run_metadata)
         return self._run_imported(imported, target_list, fetch_list, feed_dict, options, run_metadata)
 
@@ -313,15 +312,16 @@ class _CachingSession:
                     else:
                         warn_once("accelerate_no_loss_scale", f"graphcache: accelerate_train_mode trains "
                                   f"{label} in float16 without graphcache's loss scaling: {why_not}")
-            if plain_run is not None and plain_miss.possible(self._config, graph_def, shares_state):
-                compiled = plain_miss.compile_by_running(self._cache.get(), graph_def, fetches, feeds, targets,
-                                                         options, "session:" + label, plain_run)
+            cache = self._compiling_cache()
+            if plain_run is not None and plain_miss.possible(self._config, graph_def):
+                compiled = plain_miss.compile_by_running(cache, graph_def, fetches, feeds, targets, options,
+                                                         "session:" + label, plain_run)
                 if compiled is None or not compiled.hit:  # ran plain: it stays on TensorFlow's own session
                     ran = RanPlain(compiled.key_source if compiled is not None else "", stored=compiled is not None)
                     self._signatures[(signature_key, variant_name)] = ran
                     return ran
             else:
-                compiled = self._compile(graph_def, fetches, feeds, targets, options, label)
+                compiled = self._compile(cache, graph_def, fetches, feeds, targets, options, label)
             if compiled is None:  # the session switched to plain TensorFlow
                 return None
             del graph_def  # a frozen model's weights: not held while the compiled graph is imported
@@ -341,12 +341,16 @@ class _CachingSession:
             self._signatures[(signature_key, variant_name)] = imported
             return imported
 
-    def _compile(self, graph_def: Any, fetches: tuple, feeds: tuple, targets: tuple, options: Any,
-                 label: str) -> CompiledGraph | None:
-        """One signature compiled through the cache (a CompiledGraph); None when the session went plain."""
+    def _compiling_cache(self) -> GraphCache:
+        """The cache, once earlier entries' writes (each holds its payload) are over: not during a compile (heap.py)."""
         cache = self._cache.get()
-        if cache.pending_writes:  # an earlier entry's write holds its payload: not during Grappler (heap.py)
+        if cache.pending_writes:
             cache.wait_for_writes()
+        return cache
+
+    def _compile(self, cache: GraphCache, graph_def: Any, fetches: tuple, feeds: tuple, targets: tuple,
+                 options: Any, label: str) -> CompiledGraph | None:
+        """One signature compiled through the cache (a CompiledGraph); None when the session went plain."""
         try:
             compiled = cache.compile(graph_def, fetches, feeds, targets, options=options, name="session:" + label)
         except UnsupportedGraphError as exc:

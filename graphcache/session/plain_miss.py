@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 from tensorflow.core.protobuf import config_pb2
 from tensorflow.python.client import pywrap_tf_session as tf_session
 
-from ..compile import collected
+from ..compile import collected, graphs
+from .run_graph import shares_state
 
 if TYPE_CHECKING:
     from ..cache import GraphCache
@@ -40,9 +41,7 @@ class RanPlain:
     """A signature whose miss ran on the Session's own TensorFlow session: it keeps running there."""
 
     key_source: Any  # the entry's key (or its PendingKey); "" when nothing was stored
-    hit: bool = False
-    variant: str = ""
-    loss_scaled: bool = False
+    hit: bool = False  # as Imported's: a miss, always
     stored: bool = True
 
     @property
@@ -50,7 +49,7 @@ class RanPlain:
         return self.key_source if isinstance(self.key_source, str) else self.key_source.key
 
 
-def possible(session_config: Any, graph_def: Any, shares_state: Callable[[set[str]], bool]) -> bool:
+def possible(session_config: Any, graph_def: Any) -> bool:
     """Whether a miss of this session's graph may run the plain way (see the module docstring)."""
     from ..compile import graphs, identity
 
@@ -92,17 +91,14 @@ class PlainRun:
         finally:
             tf_session.TF_DeleteBuffer(metadata_ptr)
             tf_session.TF_DeleteBuffer(options_ptr)
-        graph_def = collected.importable(list(metadata.partition_graphs), *self._signature, self._feed_types)
-        del metadata
-        return graph_def.SerializeToString()
+        return graphs.serialize(collected.importable(list(metadata.partition_graphs), *self._signature,
+                                                     self._feed_types))
 
 
 def compile_by_running(cache: GraphCache, graph_def: Any, fetches: tuple, feeds: tuple, targets: tuple, options: Any,
                        name: str, plain_run: PlainRun) -> CompiledGraph | None:
     """A hit, or the miss run the plain way with what TensorFlow compiled stored; None when it ran but its graph
     could not be kept (counted as ``not_importable``)."""
-    if cache.pending_writes:  # an earlier entry's write holds its payload: not during this run's compile
-        cache.wait_for_writes()
     try:
         compiled = cache.compile_by_running(graph_def, fetches, feeds, targets, run=plain_run, options=options,
                                             name=name)

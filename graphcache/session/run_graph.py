@@ -37,8 +37,7 @@ MIN_SHARED_BYTES = 1024
 # "<scope>/ArithmeticOptimizer/<Rewrite>_<name>", "<name>-0-TransposeNHWCToNCHW-LayoutOptimizer", ...
 _OPTIMIZER_SEGMENT = re.compile(r"(^|/)(?:[A-Za-z]*Optimizer|ConstantFolding|Remapper|Pruning)/(?:\w+?_(?=[^/]))?")
 _OPTIMIZER_SUFFIX = re.compile(r"-\d+-\w+-LayoutOptimizer$|/_\d+$|_\d+_folded$")
-
-
+# Ops that find their state by their node name when their shared_name is empty (pin_shared_names)
 _STATEFUL_NAMED = frozenset({"VariableV2", "Variable", "VarHandleOp", "TemporaryVariable"})
 
 
@@ -66,7 +65,6 @@ def pin_shared_names(graph_def) -> None:
             node.attr["shared_name"].s = node.name.encode()
         if node.attr.get("use_node_name_sharing") is not None and node.attr["use_node_name_sharing"].b:
             node.attr["use_node_name_sharing"].b = False
-
 
 
 class PlainSession(tf_session_lib.Session):
