@@ -134,7 +134,7 @@ def main() -> None:
     print(f"{args.model}: {args.signatures} fetch signatures, medians of {args.runs} fresh processes per variant; "
           "MB over the RSS right before the session; s: the session's creation and first runs (miss and hit: "
           "with graphcache's import; replay: with reading and importing the graphs)")
-    print(session_memory._peak_method(rows))
+    print(session_memory.peak_method(rows))
     print(f"  {'variant':8} {'peak growth':>12} {'x plain':>8} {'RSS growth':>11} {'s':>7} {'x plain':>8}")
     for variant in VARIANTS:
         peak = common.median_of(rows[variant], "peak_growth_mb")

@@ -128,7 +128,7 @@ def child_measure(variant: str, model: str, signatures: int, cache_dir: str | No
             "peak_before_reset_mb": peak_before_reset, "seconds": seconds}
 
 
-def _peak_method(rows: dict[str, list[dict]]) -> str:
+def peak_method(rows: dict[str, list[dict]]) -> str:
     flags = [row["peak_reset"] for results in rows.values() for row in results]
     if all(flags):
         return ("peak: VmHWM reset to the RSS right before the session (\"5\" written to /proc/self/clear_refs; "
@@ -148,7 +148,7 @@ def format_result(model: str, signatures: int, runs: int, rows: dict[str, list[d
         f"{model}: {signatures} fetch signatures, medians of {runs} fresh processes; both figures are growth over "
         "the RSS right before the session (after TF's import and the graph's import)",
         "RSS growth: VmRSS after the session's first runs (and a gc) minus that RSS; peak growth: VmHWM minus it",
-        _peak_method(rows),
+        peak_method(rows),
         "miss and hit include graphcache's import (median " + ", ".join(
             f"{v} +{common.median_of(rows[v], 'import_growth_mb'):.0f} MB" for v in ("miss", "hit")) + " RSS of it)",
         f"  {'':5}  {'RSS growth':>11}  {'x plain':<30}  {'peak growth':>11}  x plain",
