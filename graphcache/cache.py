@@ -135,29 +135,32 @@ class GraphCache(EntryService):
         tf.compat.v1.ConfigProto whose graph_options (rewriter options) are passed to Grappler.
         """
         source, view, label = self._inputs(graph, fetches, feeds, targets, options, name)
-        return self._through_cache(source, view, options, label,
-                                   lambda: self._compile_now(source, view.signature, options))
+        return self._through_cache(view, options, label, lambda: self._compile_now(source, view.signature, options))
 
     def compile_by_running(self, graph: Any, fetches: Any, feeds: Any = (), targets: Any = (), *,
                            run: Callable[[], bytes], options: Any = None, name: str | None = None) -> CompiledGraph:
         """``compile``, where a miss compiles by running: ``run()`` runs the signature the plain TensorFlow way
         and returns the serialized graph TensorFlow compiled for it (compile/collected.py), stored as the
         entry. A graphcache.Session's miss: no offline Grappler call and its copies of the graph. ``run``
-        is not called on a hit; its exceptions reach the caller, the key's lock released."""
+        is not called on a hit; its exceptions reach the caller, the key's lock released. Given the graph as a
+        ``graphs.Handover``, the cache lets go of it before ``run()`` once the key is known (a frozen model's
+        weights are not held through the run; a first-ever miss computes its key during the run and keeps it)."""
         from .compile import pipeline
 
-        source, view, label = self._inputs(graph, fetches, feeds, targets, options, name)
+        view, label = self._inputs(graph, fetches, feeds, targets, options, name)[1:]  # not the source: see above
 
         def compile_now() -> tuple[Any, bytes, float]:
             start = time.perf_counter()
             graph_def, data = pipeline.content_named(run())
             return graph_def, data, time.perf_counter() - start
 
-        return self._through_cache(source, view, options, label, compile_now)
+        return self._through_cache(view, options, label, compile_now, releases_graph=True)
 
-    def _through_cache(self, source: graphs.Source, view: GraphView, options: Any, label: str,
-                       compile_now: Callable[[], tuple[Any, bytes, float]]) -> CompiledGraph:
-        """Look the signature up; on a miss, ``compile_now()`` under its key's lock and store the result."""
+    def _through_cache(self, view: GraphView, options: Any, label: str,
+                       compile_now: Callable[[], tuple[Any, bytes, float]], *,
+                       releases_graph: bool = False) -> CompiledGraph:
+        """Look the signature up; on a miss, ``compile_now()`` under its key's lock and store the result.
+        ``releases_graph``: compile_now needs no source graph, so the view lets go of it once keyed."""
         from .compile import keys
         from .compile.compiled import CompiledGraph
 
@@ -175,6 +178,9 @@ class GraphCache(EntryService):
             fp = keys.compute(view, options, self.identity, name=label)
             compiled = self._load(fp.key, view, label)
             if compiled is None:
+                if releases_graph:
+                    _ = fp.details  # the miss hook's node table (explain/), taken while the graph is here
+                    view.release()
                 compiled = self._compile_single_flight(fp, view, label, compile_now, fast)
             elif fast is not None and not self.read_only:  # found by its canonical key: later processes by
                 self.start_write(self._write_alias, fast, fp.key, label)  # the fast one (off the caller's path)

@@ -7,11 +7,13 @@ imported into the session's one run graph, whose variables have pinned shared na
 optimizer slots and the global step carry across the switch: nothing is re-initialized.
 
 One module per job, importing one way (the controller imports mode, variants, training and loss_scaling;
-the hook imports the controller; nothing imports back):
+variants imports loss_scaling for a signature's variant; the hook imports the controller; nothing imports
+back):
 
 ==============  ===========================================================================================
 mode            the ``"TYPE|SPLIT|RATIO"`` parser (``AccelerateMode``), TensorFlow-free, used by config.py
-variants        which rewriter a mode turns on, CPU or GPU (``Variant``), and the compile options it makes
+variants        which rewriter a mode turns on, CPU or GPU (``Variant``), the compile options it makes, a
+                signature's variant (``variant_signature``: loss scaling added where it applies)
 training        which signatures train (an optimizer update or a ``tf.gradients`` scope in their fan-in)
 loss_scaling    the float16 variant's dynamic loss scaling: the GraphDef rewrite and ``LossScale``
 controller      ``Accelerator``: one session's state, the precision of each run, the one-way switch
@@ -42,6 +44,7 @@ _LAZY = {
     "low_precision_casts": "variants",
     "variant_for": "variants",
     "variant_options": "variants",
+    "variant_signature": "variants",
     "fan_in_trains": "training",
     "fetch_op_names": "training",
     "ALL_FINITE_FETCH": "loss_scaling",
@@ -89,6 +92,7 @@ if TYPE_CHECKING:
         low_precision_casts,
         variant_for,
         variant_options,
+        variant_signature,
     )
 
 
@@ -134,4 +138,5 @@ __all__ = [
     "readable_tensor",
     "variant_for",
     "variant_options",
+    "variant_signature",
 ]

@@ -82,3 +82,24 @@ def low_precision_casts(graph_def, dtype: str) -> int:
 
     target = dtypes.as_dtype(dtype).as_datatype_enum
     return sum(1 for node in graph_def.node if node.op == "Cast" and node.attr["DstT"].type == target)
+
+
+def variant_signature(variant: Variant, config: Any, graph_def: Any, tf_graph: Any, feeds: tuple, fetches: tuple,
+                      targets: tuple, label: str) -> tuple[Any, tuple, tuple, Any, str, bool]:
+    """A Session signature's variant: (graph_def, feeds, fetches, options, label, loss_scaled), with dynamic
+    loss scaling added to the graph (and its feed and fetch to the signature) where the variant asks for it
+    and the graph allows it; where it does not, a warning says why."""
+    from ..core.failures import warn_once
+    from .loss_scaling import ALL_FINITE_FETCH, LOSS_SCALE_FEED, add_loss_scaling
+
+    options = variant_options(config, variant)
+    label = f"{label[:80]}@{variant.dtype}"
+    if not variant.loss_scaling:
+        return graph_def, feeds, fetches, options, label, False
+    roots = [name.rpartition(":")[0] for name in fetches] + list(targets)
+    graph_def, why_not = add_loss_scaling(graph_def, tf_graph, roots)
+    if why_not is not None:
+        warn_once("accelerate_no_loss_scale", f"graphcache: accelerate_train_mode trains {label} in float16 "
+                  f"without graphcache's loss scaling: {why_not}")
+        return graph_def, feeds, fetches, options, label, False
+    return graph_def, (*feeds, LOSS_SCALE_FEED), (*fetches, ALL_FINITE_FETCH), options, label, True

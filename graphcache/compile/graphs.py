@@ -32,6 +32,21 @@ class Source(NamedTuple):
     path: str | None = None
 
 
+class Handover:
+    """A GraphDef handed to GraphCache with the caller's only reference, so that the cache can let go of it
+    once the key is known (``GraphCache.compile_by_running``): a miss that runs the graph does not then hold a
+    frozen model's weights through the run. ``load`` takes it, once."""
+
+    def __init__(self, graph_def: graph_pb2.GraphDef) -> None:
+        self._graph_def: graph_pb2.GraphDef | None = graph_def
+
+    def take(self) -> graph_pb2.GraphDef:
+        graph_def, self._graph_def = self._graph_def, None
+        if graph_def is None:
+            raise InvalidGraphError("a handed-over graph can be loaded once")
+        return graph_def
+
+
 def parse_graph_def(data: bytes | memoryview, *, origin: str = "input") -> graph_pb2.GraphDef:
     graph_def = graph_pb2.GraphDef()
     try:
@@ -133,6 +148,8 @@ def load(graph: Any) -> Source:
     """Accept a GraphDef, a tf.Graph, serialized bytes, or a path to a .pb/.pbtxt file."""
     if isinstance(graph, graph_pb2.GraphDef):
         return Source(graph)
+    if isinstance(graph, Handover):
+        return Source(graph.take())
     if isinstance(graph, bytes | bytearray | memoryview):
         return Source(parse_graph_def(bytes(graph)))
     if isinstance(graph, str | os.PathLike):
@@ -269,6 +286,7 @@ class GraphView:
             raise InvalidGraphError(f"not in the graph: {listed}{more}")
         self.reachable = self._fan_in(signature.roots())
         self.reachable_functions = self._functions_used(self.nodes[n] for n in self.reachable)
+        self._op_types: frozenset[str] | None = None  # kept by release()
 
     def _fan_in(self, roots: list[str]) -> list[str]:
         """Names of the nodes the roots depend on (data and control inputs), roots included."""
@@ -318,7 +336,18 @@ class GraphView:
 
     def op_types(self) -> set[str]:
         """Op types of the fan-in and the functions it reaches (function calls excluded)."""
+        if self._op_types is not None:
+            return set(self._op_types)
         return {node.op for _, node in self.all_reachable_nodes()} - set(self.functions)
+
+    def release(self) -> None:
+        """Let go of the GraphDef (a frozen model's weights) once the key is known, when what follows needs
+        only the signature and the op types (a miss that compiles by running the graph): the op types are
+        kept, every other index emptied."""
+        self._op_types = frozenset(self.op_types())
+        self.graph_def = graph_pb2.GraphDef()
+        self.nodes, self.functions, self.gradients = {}, {}, {}
+        self.reachable, self.reachable_functions = [], []
 
     def check_supported(self) -> None:
         """Raise UnsupportedGraphError when the fan-in holds non-variable resource state."""

@@ -74,6 +74,7 @@ class Fingerprint:
         """Fan-in node name -> what its canonical id covers (op, device, attribute digests, inputs)."""
         if self._details is None:
             self._details = self._summarize() if self._summarize is not None else {}
+            self._summarize = None  # it holds the graph's nodes, and so the whole GraphDef
         return self._details
 
 

@@ -300,21 +300,12 @@ class _CachingSession:
                     return None
             options, label, loss_scaled = self._compile_config, ",".join(fetches + targets)[:100], False
             if variant is not None:
-                options = accelerate.variant_options(self._compile_config, variant)
-                label = f"{label[:80]}@{variant.dtype}"
-                if variant.loss_scaling:
-                    roots = [name.rpartition(":")[0] for name in fetches] + list(targets)
-                    graph_def, why_not = accelerate.add_loss_scaling(graph_def, self.graph, roots)
-                    loss_scaled = why_not is None
-                    if loss_scaled:
-                        feeds = (*feeds, accelerate.LOSS_SCALE_FEED)
-                        fetches = (*fetches, accelerate.ALL_FINITE_FETCH)
-                    else:
-                        warn_once("accelerate_no_loss_scale", f"graphcache: accelerate_train_mode trains "
-                                  f"{label} in float16 without graphcache's loss scaling: {why_not}")
+                graph_def, feeds, fetches, options, label, loss_scaled = accelerate.variant_signature(
+                    variant, self._compile_config, graph_def, self.graph, feeds, fetches, targets, label)
             cache = self._compiling_cache()
             if plain_run is not None and plain_miss.possible(self._config, graph_def):
-                compiled = plain_miss.compile_by_running(cache, graph_def, fetches, feeds, targets, options,
+                handed, graph_def = graphs.Handover(graph_def), None  # the cache lets go of it before the run
+                compiled = plain_miss.compile_by_running(cache, handed, fetches, feeds, targets, options,
                                                          "session:" + label, plain_run)
                 if compiled is None or not compiled.hit:  # ran plain: it stays on TensorFlow's own session
                     ran = RanPlain(compiled.key_source if compiled is not None else "", stored=compiled is not None)

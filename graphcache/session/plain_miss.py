@@ -95,12 +95,12 @@ class PlainRun:
                                                      self._feed_types))
 
 
-def compile_by_running(cache: GraphCache, graph_def: Any, fetches: tuple, feeds: tuple, targets: tuple, options: Any,
+def compile_by_running(cache: GraphCache, graph: Any, fetches: tuple, feeds: tuple, targets: tuple, options: Any,
                        name: str, plain_run: PlainRun) -> CompiledGraph | None:
     """A hit, or the miss run the plain way with what TensorFlow compiled stored; None when it ran but its graph
     could not be kept (counted as ``not_importable``)."""
     try:
-        compiled = cache.compile_by_running(graph_def, fetches, feeds, targets, run=plain_run, options=options,
+        compiled = cache.compile_by_running(graph, fetches, feeds, targets, run=plain_run, options=options,
                                             name=name)
     except collected.NotImportable as exc:
         log.info("graphcache: %s ran the plain way and is not cached: %s", name, exc)
