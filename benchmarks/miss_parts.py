@@ -179,20 +179,26 @@ def _miss_parts(capture: StderrCapture, model: str, cache_dir: str) -> dict[str,
     signature = graphs.Signature.create(files.fetches, files.feeds)
     view = graphs.GraphView(source.graph_def, signature)
     view.check_supported()
-    fast = keys.exact_key(view, None, identity)  # tried first (graphs of 500+ nodes): its alias misses here
-    if fast is not None and cache.read_entry(fast) is not None:
-        raise RuntimeError(f"{cache_dir} already holds the alias {fast}: miss_parts needs an empty cache dir")
-    # A first-ever run (an empty store, a fast key) leaves the canonical key to the entry's write (cache.py)
-    first_ever = fast is not None and cache.holds_nothing()
-    fp = None if first_ever else keys.compute(view, None, identity, name=model)
+    # A first-ever run (an empty store) computes no key on the caller's path: it locks a name made from the
+    # graph's structure (keys.flight_key), and its keys are computed for the entry's write (cache.py)
+    first_ever = cache.holds_nothing()
+    fast = fp = None
+    if first_ever:
+        lock_name = keys.flight_key(view, None, identity)
+    else:
+        fast = keys.exact_key(view, None, identity)  # tried first (graphs of 500+ nodes): its alias misses here
+        if fast is not None and cache.read_entry(fast) is not None:
+            raise RuntimeError(f"{cache_dir} already holds the alias {fast}: miss_parts needs an empty cache dir")
+        fp = keys.compute(view, None, identity, name=model)
+        lock_name = fp.key
     steps.step("fingerprint")
     if fp is not None and cache.read_graph(fp.key, view.op_types()) is not None:
         raise RuntimeError(f"{cache_dir} already holds {fp.key}: miss_parts needs an empty cache dir")
-    lock = cache.store.lock(fast if fp is None else fp.key, cache.lock_timeout)  # None: a store without locks
+    lock = cache.store.lock(lock_name, cache.lock_timeout)  # None: a store without locks
     if lock is not None:
         lock.acquire()
     if fp is None:
-        cache.read_entry(fast)
+        cache.holds_nothing()  # checked again under the lock
     else:
         cache.read_graph(fp.key, view.op_types())
     cache.count(misses=1)
@@ -224,13 +230,14 @@ def _miss_parts(capture: StderrCapture, model: str, cache_dir: str) -> dict[str,
         if wait:
             gate.wait(getattr(cache_module, "WRITE_GRACE", 0.0))
         start = time.perf_counter()
-        key = fp or keys.compute(view, None, identity, name=model)  # a first-ever miss's key: computed here
+        key = fp or keys.compute(view, None, identity, name=model, with_fast=True)  # a first-ever miss's keys
         header = codec.EntryHeader(key=key.key, version=cache.version, identity=identity, name=model,
                                    kind=kinds.GRAPH, created=time.time(), key_parts=key.parts,
                                    extra=signature.as_dict())
         cache.write_entry(header, data)
-        if fast is not None:  # and the fast key's alias, as GraphCache._save writes it after the entry
-            alias = codec.EntryHeader(key=fast, version=cache.version, identity=identity, name=model,
+        alias_key = fast if fp is not None else key.fast
+        if alias_key is not None:  # and the fast key's alias, as GraphCache._save writes it after the entry
+            alias = codec.EntryHeader(key=alias_key, version=cache.version, identity=identity, name=model,
                                       kind=kinds.GRAPH_ALIAS, created=time.time(), extra={"target": key.key})
             cache.write_entry(alias, key.key.encode("ascii"))
         write_seconds.append(time.perf_counter() - start)

@@ -8,8 +8,9 @@
                    + counters -> upload -> release the lease
 
 A node-heavy graph is first looked up by its fast key (the exact bytes' hash, an alias of the canonical
-key). On a first-ever run (an empty store, no remote tier) its miss skips the canonical key, which cannot
-find anything there: the entry's write computes it after the caller's first run (``_compile_first_ever``).
+key). On a first-ever run (an empty store, no remote tier) a miss computes neither key on the caller's path,
+since neither can find anything there: a thread computes them while the graph compiles, for the entry's
+write after the caller's first run (``_compile_first_ever``).
 
 Fail open: any cache failure (I/O, corrupt entry, lock timeout, index trouble) warns once per process
 and kind of failure, is counted, and the graph is compiled normally. ``strict=True`` raises instead.
@@ -161,7 +162,6 @@ class GraphCache(EntryService):
                        releases_graph: bool = False) -> CompiledGraph:
         """Look the signature up; on a miss, ``compile_now()`` under its key's lock and store the result.
         ``releases_graph``: compile_now needs no source graph, so the view lets go of it once keyed."""
-        from .compile import keys
         from .compile.compiled import CompiledGraph
 
         start = time.perf_counter()
@@ -169,23 +169,33 @@ class GraphCache(EntryService):
             self.count_uncacheable("disabled")
             graph_def, data, seconds = compile_now()
             return CompiledGraph("", False, graph_def, seconds, label, view.signature, serialized=data)
-        fast = keys.exact_key(view, options, self.identity)  # node-heavy graphs: exact bytes, then an alias
-        compiled = self._load_alias(fast, view, label) if fast is not None else None
-        if compiled is None and fast is not None and not self.read_only and self.fleet is None \
-                and self.holds_nothing():
-            compiled = self._compile_first_ever(fast, view, options, label, compile_now)
-        elif compiled is None:
-            fp = keys.compute(view, options, self.identity, name=label)
-            compiled = self._load(fp.key, view, label)
-            if compiled is None:
-                if releases_graph:
-                    _ = fp.details  # the miss hook's node table (explain/), taken while the graph is here
-                    view.release()
-                compiled = self._compile_single_flight(fp, view, label, compile_now, fast)
-            elif fast is not None and not self.read_only:  # found by its canonical key: later processes by
-                self.start_write(self._write_alias, fast, fp.key, label)  # the fast one (off the caller's path)
+        compiled = None
+        if not self.read_only and self.fleet is None and self.holds_nothing():
+            compiled = self._compile_first_ever(view, options, label, compile_now, releases_graph)
+        if compiled is None:
+            compiled = self._look_up(view, options, label, compile_now, releases_graph)
         log.info("graphcache %s %s key=%s %.3fs", "hit" if compiled.hit else "miss", label, compiled.key_source,
                  time.perf_counter() - start)
+        return compiled
+
+    def _look_up(self, view: GraphView, options: Any, label: str,
+                 compile_now: Callable[[], tuple[Any, bytes, float]], releases_graph: bool) -> CompiledGraph:
+        """A hit by the fast key's alias or the canonical key, else the miss compiled under single flight."""
+        from .compile import keys
+
+        fast = keys.exact_key(view, options, self.identity)  # node-heavy graphs: exact bytes, then an alias
+        compiled = self._load_alias(fast, view, label) if fast is not None else None
+        if compiled is not None:
+            return compiled
+        fp = keys.compute(view, options, self.identity, name=label)
+        compiled = self._load(fp.key, view, label)
+        if compiled is None:
+            if releases_graph:
+                _ = fp.details  # the miss hook's node table (explain/), taken while the graph is here
+                view.release()
+            return self._compile_single_flight(fp, view, label, compile_now, fast)
+        if fast is not None and not self.read_only:  # found by its canonical key: later processes by the fast
+            self.start_write(self._write_alias, fast, fp.key, label)  # one (written off the caller's path)
         return compiled
 
     def _inputs(self, graph: Any, fetches: Any, feeds: Any, targets: Any, options: Any, name: str | None
@@ -257,29 +267,39 @@ class GraphCache(EntryService):
             if guard is not None:
                 guard.release()  # the local lock now, the lease once the entry is uploaded (core/flight.py)
 
-    def _compile_first_ever(self, fast: str, view: GraphView, options: Any, label: str,
-                            compile_now: Callable[[], tuple[Any, bytes, float]]) -> CompiledGraph:
-        """The miss of a graph with a fast key (keys.exact_key) on an empty store with no remote tier (a
-        first-ever run): its canonical key cannot find anything, so it is computed in a thread while Grappler
-        runs (C++, the GIL released) and taken by the entry's write after the caller's first run, or by a
-        caller reading ``compiled.key`` (compiled.PendingKey). That takes the canonical key's pass over every
-        node (18-90 ms on MobileNetV2 to DenseNet121) off the miss, and off a short process's exit. Single
-        flight holds under the fast key's lock: a process that waited for it finds the alias."""
+    def _compile_first_ever(self, view: GraphView, options: Any, label: str,
+                            compile_now: Callable[[], tuple[Any, bytes, float]],
+                            releases_graph: bool = False) -> CompiledGraph | None:
+        """The miss of a graph on an empty store with no remote tier (a first-ever run): no key can find anything
+        there, so none is computed on the caller's path. The canonical key, and a node-heavy graph's fast key
+        for its alias, are computed in a thread while the compile runs (Grappler in C++, the GIL released; or
+        TensorFlow's own run) and taken by the entry's write after the caller's first run, or by a caller
+        reading ``compiled.key`` (compiled.PendingKey). That takes their passes over the graph off the miss
+        (18-90 ms on MobileNetV2 to DenseNet121, ~250 ms on BERT-base) and off a short process's exit. Single
+        flight holds under a lock named by the graph's structure (keys.flight_key); a process that waited
+        for it finds the store filled and returns None: the caller looks the graph up as any process does.
+        ``releases_graph``: the thread lets go of the source graph once the keys are known (as _look_up)."""
         from .compile import keys
         from .compile.compiled import PendingKey
 
-        guard: Guard | None = self.compile_guard(fast)
+        guard: Guard | None = self.compile_guard(keys.flight_key(view, options, self.identity))
         try:
-            if guard.local is not None:
-                compiled = self._load_alias(fast, view, label)  # another process may have compiled it
-                if compiled is not None:
-                    return compiled
-            pending = PendingKey(lambda: keys.compute(view, options, self.identity, name=label))
-            pending.start()  # computed while Grappler runs (C++, the GIL released)
+            if guard.local is not None and not self.holds_nothing():
+                return None  # another process wrote while this one waited (this graph's entry, maybe)
+
+            def keys_then_release() -> keys.Fingerprint:
+                fingerprint = keys.compute(view, options, self.identity, name=label, with_fast=True)
+                if releases_graph:
+                    _ = fingerprint.details  # the miss hook's node table (explain/)
+                    view.release()  # compile_now does not read it: only view.signature is read after it
+                return fingerprint
+
+            pending = PendingKey(keys_then_release)
+            pending.start()  # computed while the compile runs
             self.count_lookup(kinds.GRAPH, misses=1)
             graph_def, data, seconds = compile_now()
             compiled, guard = self._store_compiled(guard, pending, pending, graph_def, data, seconds,
-                                                   view.signature, label, fast)
+                                                   view.signature, label, None)
             return compiled
         finally:
             if guard is not None:
@@ -353,6 +373,7 @@ class GraphCache(EntryService):
 
         if isinstance(fp, PendingKey):
             fp = fp.take_fingerprint()  # a first-ever miss's key, computed here if the caller has not read it
+            fast = fp.fast
         extra = self.hooks.miss(self, plugins.MissEvent(fp, label, signature))  # e.g. explain/: a node table
         header = codec.EntryHeader(
             key=fp.key, version=self.version, identity=self.identity, name=label, kind=kinds.GRAPH,

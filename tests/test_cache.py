@@ -220,11 +220,27 @@ def test_write_failure_fails_open_with_one_warning(cache, mlp, cnn, monkeypatch)
     assert cache.stats().uncacheable["io_error"] == 2 and cache.stats().errors == 2
 
 
-def test_lock_timeout_compiles_without_cache(cache, mlp):
+@pytest.mark.parametrize("store", ["empty", "filled"])
+def test_lock_timeout_compiles_without_cache(cache, mlp, store):
+    """On a filled store the miss locks its key; on an empty one (a first-ever run, keyed in a thread) the
+    lock named by its structure (keys.flight_key)."""
     import filelock
 
+    from graphcache.compile import graphs, keys
+
     cache.lock_timeout = 0.2
-    key = graphcache.fingerprint(mlp.graph_def, mlp.fetches, mlp.feeds)
+    if store == "filled":
+        import tensorflow as tf
+
+        other = tf.Graph()
+        with other.as_default():
+            tf.identity(tf.constant(1.0), name="y")
+        cache.compile(other, ["y:0"])
+        cache.wait_for_writes()
+        key = graphcache.fingerprint(mlp.graph_def, mlp.fetches, mlp.feeds)
+    else:
+        view = graphs.GraphView(mlp.graph_def, graphs.Signature.create(mlp.fetches, mlp.feeds, ()))
+        key = keys.flight_key(view, None, cache.identity)
     holder = filelock.FileLock(str(cache.store.locks_dir / f"{key[:2]}.lock"))
     cache.store.locks_dir.mkdir(exist_ok=True)
     with holder, pytest.warns(GraphCacheWarning, match="compile lock"):

@@ -236,6 +236,33 @@ def test_a_first_ever_miss_computes_the_canonical_key_beside_grappler(cache_dir,
     assert len(threads) == 3 and threads[2] in ("graphcache-key", "MainThread")  # one pass, wherever it ran
 
 
+def test_a_first_ever_miss_of_a_graph_without_a_fast_key_is_keyed_off_the_callers_path_too(cache_dir, monkeypatch):
+    """A graph under FAST_MIN_NODES nodes (or a weight-heavy one: BERT-base's canonical key is ~100 ms) has no
+    fast key: on an empty store its canonical key is computed in the thread as well, no alias is written,
+    and a second process (the store filled) hits it by its canonical key."""
+    import threading
+
+    from graphcache.compile import keys
+
+    threads: list[str] = []
+    compute = keys.compute
+
+    def recorded(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return compute(*args, **kwargs)
+
+    monkeypatch.setattr(keys, "compute", recorded)
+    signature = ["i9:0"]
+    cache = GraphCache(cache_dir)
+    compiled = cache.compile(_chain(np.arange(4), 10), signature)
+    assert not compiled.hit and "MainThread" not in threads
+    cache.wait_for_writes()
+    assert threads == ["graphcache-key"]
+    assert [row.kind for row in cache.entries()] == [kinds.GRAPH] and cache.entries()[0].key == compiled.key
+    again = GraphCache(cache_dir).compile(_chain(np.arange(4), 10), signature)
+    assert again.hit and again.key == compiled.key and threads[1:] == ["MainThread"]
+
+
 def _reachable_types(root: object, limit: int = 50_000) -> set[str]:
     """The type names of the objects reachable from ``root`` through references the collector sees."""
     import gc

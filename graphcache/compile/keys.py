@@ -50,13 +50,14 @@ class Fingerprint:
     """A key and its named parts (part name -> that part's own xxh3-128 hex digest); for graphs also each
     fan-in node's canonical id (hex) and, built on first use from what hashing kept, ``details``."""
 
-    __slots__ = ("key", "parts", "nodes", "_summarize", "_details")
+    __slots__ = ("key", "parts", "nodes", "fast", "_summarize", "_details")
 
     def __init__(self, key: str, parts: dict[str, str], nodes: dict[str, str] | None = None,
                  summarize: Callable[[], dict[str, NodeSummary]] | None = None) -> None:
         self.key = key
         self.parts = parts
         self.nodes = nodes if nodes is not None else {}
+        self.fast: str | None = None  # the graph's exact_key, where compute(with_fast=True) was asked for it
         self._summarize = summarize  # no second pass over the graph: what hashing kept
         self._details: dict[str, NodeSummary] | None = None
 
@@ -103,13 +104,30 @@ def _parts(graph: str, signature: Signature, options: Any, identity: dict[str, A
     }
 
 
-def compute(view: GraphView, options: Any, identity: dict[str, Any], *, name: str = "") -> Fingerprint:
+def compute(view: GraphView, options: Any, identity: dict[str, Any], *, name: str = "",
+            with_fast: bool = False) -> Fingerprint:
+    """The canonical key and its parts; ``with_fast``: the fast key too (``Fingerprint.fast``, for its alias)."""
     graph, nodes, summaries = canonical_graph(view)
     parts = _parts(graph, view.signature, options, identity)
     key = combine(parts, PART_ORDER)
     if log.isEnabledFor(logging.DEBUG):
         log.debug("key %s for %s: %s", key, name or "graph", " ".join(f"{p}={parts[p]}" for p in PART_ORDER))
-    return Fingerprint(key, parts, nodes, summaries)
+    fingerprint = Fingerprint(key, parts, nodes, summaries)
+    if with_fast:
+        fingerprint.fast = exact_key(view, options, identity)
+    return fingerprint
+
+
+def flight_key(view: GraphView, options: Any, identity: dict[str, Any]) -> str:
+    """The lock a first-ever miss compiles under (cache.py), never an entry's key: ``compute``'s parts with the
+    graph part a hash of the fan-in's structure alone, each node's name, op, device and inputs. No attribute
+    is read, so no weight: ~2 ms on BERT-base's 434 MB, whose canonical key takes ~100 ms and whose exact
+    bytes are too many to try (exact_key). The same graph gives the same lock in every process; graphs that
+    differ only in attributes share it, which only makes their first compiles wait for each other."""
+    nodes = view.nodes
+    structure = "\n".join("\0".join((name, nodes[name].op, nodes[name].device, *nodes[name].input))
+                          for name in view.reachable)
+    return combine(_parts("flight:" + hash_text(structure), view.signature, options, identity), PART_ORDER)
 
 
 def exact_key(view: GraphView, options: Any, identity: dict[str, Any]) -> str | None:
@@ -129,4 +147,5 @@ def exact_key(view: GraphView, options: Any, identity: dict[str, Any]) -> str | 
 
 
 __all__ = ["DROPPED_ATTRS", "LARGE_TENSOR", "PART_ORDER", "Fingerprint", "NodeSummary", "canonical_function_names",
-           "canonical_graph", "compute", "exact_key", "graph_hash", "input_node", "named_by_node", "options_bytes"]
+           "canonical_graph", "compute", "exact_key", "flight_key", "graph_hash", "input_node", "named_by_node",
+           "options_bytes"]
