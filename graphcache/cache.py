@@ -275,7 +275,7 @@ class GraphCache(EntryService):
         for its alias, are computed in a thread while the compile runs (Grappler in C++, the GIL released; or
         TensorFlow's own run) and taken by the entry's write after the caller's first run, or by a caller
         reading ``compiled.key`` (compiled.PendingKey). That takes their passes over the graph off the miss
-        (18-90 ms on MobileNetV2 to DenseNet121, ~250 ms on BERT-base) and off a short process's exit. Single
+        (18-90 ms on MobileNetV2 to DenseNet121; on BERT-base its exact bytes tried and its canonical key) and off a short process's exit. Single
         flight holds under a lock named by the graph's structure (keys.flight_key); a process that waited
         for it finds the store filled and returns None: the caller looks the graph up as any process does.
         ``releases_graph``: the thread lets go of the source graph once the keys are known (as _look_up)."""

@@ -121,9 +121,9 @@ def compute(view: GraphView, options: Any, identity: dict[str, Any], *, name: st
 def flight_key(view: GraphView, options: Any, identity: dict[str, Any]) -> str:
     """The lock a first-ever miss compiles under (cache.py), never an entry's key: ``compute``'s parts with the
     graph part a hash of the fan-in's structure alone, each node's name, op, device and inputs. No attribute
-    is read, so no weight: ~2 ms on BERT-base's 434 MB, whose canonical key takes ~100 ms and whose exact
-    bytes are too many to try (exact_key). The same graph gives the same lock in every process; graphs that
-    differ only in attributes share it, which only makes their first compiles wait for each other."""
+    is read, so no weight: a pass over names, where the canonical key hashes every weight and exact_key
+    serializes them. The same graph gives the same lock in every process; graphs that differ only in
+    attributes share it, which only makes their first compiles wait for each other."""
     nodes = view.nodes
     structure = "\n".join("\0".join((name, nodes[name].op, nodes[name].device, *nodes[name].input))
                           for name in view.reachable)
