@@ -144,8 +144,9 @@ class GraphCache(EntryService):
         and returns the serialized graph TensorFlow compiled for it (compile/collected.py), stored as the
         entry. A graphcache.Session's miss: no offline Grappler call and its copies of the graph. ``run``
         is not called on a hit; its exceptions reach the caller, the key's lock released. Given the graph as a
-        ``graphs.Handover``, the cache lets go of it before ``run()`` once the key is known (a frozen model's
-        weights are not held through the run; a first-ever miss computes its key during the run and keeps it)."""
+        ``graphs.Handover``, the cache lets go of it once the key is known: before ``run()``, or on a first-ever
+        miss (keyed in a thread during the run) when that thread is done. A frozen model's weights are then
+        not held through the run."""
         from .compile import pipeline
 
         view, label = self._inputs(graph, fetches, feeds, targets, options, name)[1:]  # not the source: see above
@@ -275,9 +276,10 @@ class GraphCache(EntryService):
         for its alias, are computed in a thread while the compile runs (Grappler in C++, the GIL released; or
         TensorFlow's own run) and taken by the entry's write after the caller's first run, or by a caller
         reading ``compiled.key`` (compiled.PendingKey). That takes their passes over the graph off the miss
-        (18-90 ms on MobileNetV2 to DenseNet121; on BERT-base its exact bytes tried and its canonical key) and off a short process's exit. Single
-        flight holds under a lock named by the graph's structure (keys.flight_key); a process that waited
-        for it finds the store filled and returns None: the caller looks the graph up as any process does.
+        (18-90 ms on MobileNetV2 to DenseNet121; on BERT-base its exact bytes tried and its canonical key)
+        and off a short process's exit. Single flight holds under a lock named by the graph's structure
+        (keys.flight_key); a process that waited for it finds the store filled and returns None: the caller
+        then looks the graph up as any process does.
         ``releases_graph``: the thread lets go of the source graph once the keys are known (as _look_up)."""
         from .compile import keys
         from .compile.compiled import PendingKey
