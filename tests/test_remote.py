@@ -168,9 +168,12 @@ def test_server_stopped_mid_run(monkeypatch, tmp_path, mlp, cnn):
     try:
         apply_env(monkeypatch, server.endpoint)
         url = f"s3://{server.create_bucket()}/{PREFIX}"
-        cache = machine(tmp_path, "a", remote=url, remote_timeout=2, remote_retry_after=60)
+        # While the server runs, a loaded machine may keep it from answering within 2 s (it did twice in the
+        # full suite, never alone): the deadline under test is set once the server is stopped
+        cache = machine(tmp_path, "a", remote=url, remote_timeout=30, remote_retry_after=60)
         cache.compile(mlp.graph_def, mlp.fetches, mlp.feeds)
         assert cache.flush(timeout=30) and cache.stats().uploads == 1
+        cache.tier.timeout = 2
         server.stop()
 
         with warnings.catch_warnings(record=True) as record:
