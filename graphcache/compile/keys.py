@@ -124,9 +124,8 @@ def flight_key(view: GraphView, options: Any, identity: dict[str, Any]) -> str:
     is read, so no weight: a pass over names, where the canonical key hashes every weight and exact_key
     serializes them. The same graph gives the same lock in every process; graphs that differ only in
     attributes share it, which only makes their first compiles wait for each other."""
-    nodes = view.nodes
-    structure = "\n".join("\0".join((name, nodes[name].op, nodes[name].device, *nodes[name].input))
-                          for name in view.reachable)
+    structure = "\n".join("\0".join((node.name, node.op, node.device, *node.input))
+                          for node in map(view.nodes.__getitem__, view.reachable))
     return combine(_parts("flight:" + hash_text(structure), view.signature, options, identity), PART_ORDER)
 
 

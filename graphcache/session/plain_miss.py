@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from tensorflow.core.protobuf import config_pb2
 from tensorflow.python.client import pywrap_tf_session as tf_session
 
-from ..compile import collected, graphs
+from ..compile import collected, graphs, identity
 from .run_graph import shares_state
 
 if TYPE_CHECKING:
@@ -51,8 +51,6 @@ class RanPlain:
 
 def possible(session_config: Any, graph_def: Any) -> bool:
     """Whether a miss of this session's graph may run the plain way (see the module docstring)."""
-    from ..compile import graphs, identity
-
     if session_config is not None:
         jit = session_config.graph_options.optimizer_options.global_jit_level
         if jit not in (config_pb2.OptimizerOptions.DEFAULT, config_pb2.OptimizerOptions.OFF):
