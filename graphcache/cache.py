@@ -297,7 +297,10 @@ class GraphCache(EntryService):
                 return fingerprint
 
             pending = PendingKey(keys_then_release)
-            pending.start()  # computed while the compile runs
+            if releases_graph:  # computed while the compile runs, so that the source graph goes before the run
+                pending.start()
+            # else the entry's write computes it after the caller's first run: in a thread beside Grappler it
+            # slowed a MobileNetV2 miss by ~15% (benchmarks/first_ever_ab.py)
             self.count_lookup(kinds.GRAPH, misses=1)
             graph_def, data, seconds = compile_now()
             compiled, guard = self._store_compiled(guard, pending, pending, graph_def, data, seconds,
