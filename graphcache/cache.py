@@ -273,11 +273,11 @@ class GraphCache(EntryService):
                             releases_graph: bool = False) -> CompiledGraph | None:
         """The miss of a graph on an empty store with no remote tier (a first-ever run): no key can find anything
         there, so none is computed on the caller's path. The canonical key, and a node-heavy graph's fast key
-        for its alias, are computed in a thread while the compile runs (Grappler in C++, the GIL released; or
-        TensorFlow's own run) and taken by the entry's write after the caller's first run, or by a caller
-        reading ``compiled.key`` (compiled.PendingKey). That takes their passes over the graph off the miss
-        (18-90 ms on MobileNetV2 to DenseNet121; on BERT-base its exact bytes tried and its canonical key)
-        and off a short process's exit. Single flight holds under a lock named by the graph's structure
+        for its alias, are computed by the entry's write after the caller's first run, or by a caller reading
+        ``compiled.key`` (compiled.PendingKey); with ``releases_graph`` in a thread while TensorFlow's own run
+        compiles, so that the graph can go before that run. That takes their passes over the graph off the miss
+        (18-90 ms on MobileNetV2 to DenseNet121; on BERT-base its exact bytes tried and its canonical key);
+        a short process pays them in its exit's wait for the write. Single flight holds under a lock named by the graph's structure
         (keys.flight_key); a process that waited for it finds the store filled and returns None: the caller
         then looks the graph up as any process does.
         ``releases_graph``: the thread lets go of the source graph once the keys are known (as _look_up)."""
@@ -300,7 +300,7 @@ class GraphCache(EntryService):
             if releases_graph:  # computed while the compile runs, so that the source graph goes before the run
                 pending.start()
             # else the entry's write computes it after the caller's first run: in a thread beside Grappler it
-            # slowed a MobileNetV2 miss by ~15% (benchmarks/first_ever_ab.py)
+            # slowed MobileNetV2's and DenseNet121's misses ~9% (benchmarks/first_ever_ab.py)
             self.count_lookup(kinds.GRAPH, misses=1)
             graph_def, data, seconds = compile_now()
             compiled, guard = self._store_compiled(guard, pending, pending, graph_def, data, seconds,

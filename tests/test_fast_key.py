@@ -183,7 +183,7 @@ def test_processes_missing_the_same_node_heavy_graph_at_once_compile_it_once(cac
     assert GraphCache(cache_dir).stats().compiles == 1
 
 
-def test_a_first_ever_miss_computes_the_canonical_key_beside_grappler(cache_dir, tmp_path, monkeypatch):
+def test_a_first_ever_miss_computes_the_canonical_key_in_its_write(cache_dir, tmp_path, monkeypatch):
     """On an empty store without a remote, a canonical key cannot find anything: the miss compiles without
     it and the entry's write, after the caller's first run, computes it: once, never on the caller's path
     to its first result (a thread beside Grappler slowed the compile: benchmarks/first_ever_ab.py). A caller

@@ -52,9 +52,8 @@ class PendingKey:
         return self._fingerprint
 
     def start(self) -> None:
-        """Compute the key in a thread now (priority.start_early): a first-ever miss starts it before Grappler,
-        which runs in C++ with the GIL released, so the write after the first run finds it ready (a short
-        process waited for it at exit)."""
+        """Compute the key in a thread now (priority.start_early): a Session's first-ever miss starts it before
+        TensorFlow's run compiles the graph, so that the graph can be let go once keyed (cache.py)."""
         from ..core import priority
 
         priority.start_early(self._compute_now, "graphcache-key")
