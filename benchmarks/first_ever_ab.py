@@ -47,14 +47,17 @@ def child_miss(model: str, cache_dir: str, checkout: str) -> dict[str, Any]:
     return result
 
 
-def base_checkout(commit: str) -> Path:
-    """A detached worktree of ``commit`` under benchmarks/_work (made once), with its bytecode compiled."""
-    sha = subprocess.run(["git", "rev-parse", "--short", commit], cwd=common.REPO_ROOT, check=True,
-                         capture_output=True, text=True).stdout.strip()
+def git(*args: str) -> str:
+    """``git ARGS`` in this checkout; its output, stripped (CalledProcessError if it fails)."""
+    return subprocess.run(["git", *args], cwd=common.REPO_ROOT, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def base_checkout(sha: str) -> Path:
+    """A detached worktree of ``sha`` under benchmarks/_work (made once), with its bytecode compiled."""
     path = common.WORK_DIR / f"ab-{sha}"
     if not path.exists():
-        subprocess.run(["git", "worktree", "add", "--detach", str(path), sha], cwd=common.REPO_ROOT, check=True,
-                       capture_output=True)
+        git("worktree", "add", "--detach", str(path), sha)
     # PYTHONDONTWRITEBYTECODE may be set: without .pyc files every child would compile the base's sources
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(path / "graphcache")], check=True)
     return path
@@ -106,11 +109,8 @@ def main() -> None:
     for model in models:
         common.ensure_model(model, log=print)
     common.ensure_bytecode(print)
-    base = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=common.REPO_ROOT, check=True,
-                          capture_output=True, text=True).stdout.strip()
-    # this checkout as it is: "+" marks changes not committed yet
-    head = subprocess.run(["git", "describe", "--always", "--dirty=+"], cwd=common.REPO_ROOT, check=True,
-                          capture_output=True, text=True).stdout.strip()
+    base = git("rev-parse", "--short", args.base)
+    head = git("describe", "--always", "--dirty=+")  # this checkout as it is: "+" marks uncommitted changes
     checkouts = {f"miss@{base}": base_checkout(base), f"miss@{head}": common.REPO_ROOT}
     print(common.describe_machine())
     order = random.Random(0)
