@@ -9,8 +9,8 @@
 
 A node-heavy graph is first looked up by its fast key (the exact bytes' hash, an alias of the canonical
 key). On a first-ever run (an empty store, no remote tier) a miss computes neither key on the caller's path,
-since neither can find anything there: a thread computes them while the graph compiles, or, for node-heavy
-graphs, the entry's write after the caller's first run (``_compile_first_ever``).
+since neither can find anything there: a thread computes them while the graph compiles, for the entry's
+write after the caller's first run (``_compile_first_ever``).
 
 Fail open: any cache failure (I/O, corrupt entry, lock timeout, index trouble) warns once per process
 and kind of failure, is counted, and the graph is compiled normally. ``strict=True`` raises instead.
@@ -272,18 +272,14 @@ class GraphCache(EntryService):
                             compile_now: Callable[[], tuple[Any, bytes, float]],
                             releases_graph: bool = False) -> CompiledGraph | None:
         """The miss of a graph on an empty store with no remote tier (a first-ever run): no key can find anything
-        there, so none is computed on the caller's path (compiled.PendingKey: a caller reading ``compiled.key``
-        early computes it). Where the key is computed instead:
-        - a node-heavy graph's (keys.node_heavy: canonical ids, Python work) and its fast key for the alias, by
-          the entry's write after the caller's first run: in a thread beside Grappler it held the GIL and slowed
-          MobileNetV2's and DenseNet121's misses ~9% (benchmarks/first_ever_ab.py). That takes 18-90 ms off
-          their misses; a short process pays it in its exit's wait for the write;
-        - any other graph's (mostly hashing bytes, in C), and any graph's with ``releases_graph``, in a thread
-          started now, beside TensorFlow's compile: done by the time the first run ends, where the write's
-          pass ran inside a long first run (BERT-base's, after the write's grace) and slowed it. With
-          ``releases_graph`` the graph can go before TensorFlow's own run compiles it.
-        Single flight holds under a lock named by the graph's structure (keys.flight_key); a process that waited
-        for it finds the store filled and returns None: the caller then looks the graph up as any process does.
+        there, so none is computed on the caller's path. The canonical key, and a node-heavy graph's fast key
+        for its alias, are computed by the entry's write after the caller's first run, or by a caller reading
+        ``compiled.key`` (compiled.PendingKey); with ``releases_graph`` in a thread while TensorFlow's own run
+        compiles, so that the graph can go before that run. That takes their passes over the graph off the miss
+        (18-90 ms on MobileNetV2 to DenseNet121; on BERT-base its exact bytes tried and its canonical key);
+        a short process pays them in its exit's wait for the write. Single flight holds under a lock named
+        by the graph's structure (keys.flight_key); a process that waited for it finds the store filled and
+        returns None: the caller then looks the graph up as any process does.
         ``releases_graph``: the thread lets go of the source graph once the keys are known (as _look_up)."""
         from .compile import keys
         from .compile.compiled import PendingKey
@@ -301,8 +297,10 @@ class GraphCache(EntryService):
                 return fingerprint
 
             pending = PendingKey(keys_then_release)
-            # the thread leaves a node-heavy graph's key to the write (its check costs 1-4 ms of the GIL)
-            pending.start(None if releases_graph else lambda: not keys.node_heavy(view))
+            if releases_graph:  # computed while the compile runs, so that the source graph goes before the run
+                pending.start()
+            # else the entry's write computes it after the caller's first run: in a thread beside Grappler it
+            # slowed MobileNetV2's and DenseNet121's misses ~9% (benchmarks/first_ever_ab.py)
             self.count_lookup(kinds.GRAPH, misses=1)
             graph_def, data, seconds = compile_now()
             compiled, guard = self._store_compiled(guard, pending, pending, graph_def, data, seconds,

@@ -135,11 +135,6 @@ def test_the_fast_key_is_only_tried_where_hashing_bytes_beats_the_canonical_form
     assert under.ByteSize() <= budget < over.ByteSize()
     assert keys.exact_key(GraphView(under, signature), None, {}) is not None
     assert keys.exact_key(GraphView(over, signature), None, {}) is None
-    # node_heavy, which schedules a first-ever miss's key, estimates weights from shapes and says the same
-    assert keys.node_heavy(GraphView(small, signature)) and keys.node_heavy(GraphView(under, signature))
-    assert not keys.node_heavy(GraphView(over, signature))
-    few = keys.FAST_MIN_NODES - 2  # with its constant, one node short
-    assert not keys.node_heavy(GraphView(_chain(1.0, few), Signature.create([f"i{few - 1}:0"])))
 
 
 def test_other_bytes_of_a_compiled_graph_hit_by_the_canonical_key_and_get_their_own_alias(cache_dir):
@@ -198,7 +193,6 @@ def test_a_first_ever_miss_computes_the_canonical_key_in_its_write(cache_dir, tm
 
     from graphcache import cache as cache_module
     from graphcache.compile import keys
-    from graphcache.compile.graphs import GraphView, Signature
 
     monkeypatch.setattr(cache_module, "BACKGROUND_WRITE_BYTES", 0)  # written in the background, as big graphs are
     threads: list[str] = []
@@ -211,7 +205,6 @@ def test_a_first_ever_miss_computes_the_canonical_key_in_its_write(cache_dir, tm
     monkeypatch.setattr(keys, "compute", recorded)
     signature = [f"i{NODES - 1}:0"]
     graph_def = _chain(np.arange(4), NODES)
-    assert keys.node_heavy(GraphView(graph_def, Signature.create(signature)))
     cache = GraphCache(cache_dir)
     compiled = cache.compile(graph_def, signature)
     with compiled.session() as sess:
@@ -236,16 +229,14 @@ def test_a_first_ever_miss_computes_the_canonical_key_in_its_write(cache_dir, tm
     assert threads[2:] == ["MainThread"]  # and taken by the write: one pass
 
 
-def test_a_first_ever_miss_of_a_graph_without_a_fast_key_is_keyed_beside_its_compile(cache_dir, monkeypatch):
+def test_a_first_ever_miss_of_a_graph_without_a_fast_key_is_keyed_off_the_callers_path_too(cache_dir, monkeypatch):
     """A graph under FAST_MIN_NODES nodes (or a weight-heavy one: BERT-base's canonical key is ~100 ms) has no
-    fast key, and its canonical key is mostly hashing bytes: on an empty store a thread started with the
-    compile computes it (off the caller's path, done before a long first run ends), the write takes that
-    pass, no alias is written, and a second process (the store filled) hits it by its canonical key."""
+    fast key: on an empty store its canonical key is computed by the write as well, no alias is written,
+    and a second process (the store filled) hits it by its canonical key."""
     import threading
 
     from graphcache import cache as cache_module
     from graphcache.compile import keys
-    from graphcache.compile.graphs import GraphView, Signature
 
     monkeypatch.setattr(cache_module, "BACKGROUND_WRITE_BYTES", 0)  # written in the background, as big graphs are
     threads: list[str] = []
@@ -258,12 +249,10 @@ def test_a_first_ever_miss_of_a_graph_without_a_fast_key_is_keyed_beside_its_com
     monkeypatch.setattr(keys, "compute", recorded)
     signature = ["i9:0"]
     cache = GraphCache(cache_dir)
-    graph_def = _chain(np.arange(4), 10)
-    assert not keys.node_heavy(GraphView(graph_def, Signature.create(signature)))
-    compiled = cache.compile(graph_def, signature)
+    compiled = cache.compile(_chain(np.arange(4), 10), signature)
     assert not compiled.hit and "MainThread" not in threads
     cache.wait_for_writes()
-    assert threads == ["graphcache-key"]  # one pass, by the thread
+    assert threads == ["graphcache-write"]
     assert [row.kind for row in cache.entries()] == [kinds.GRAPH] and cache.entries()[0].key == compiled.key
     again = GraphCache(cache_dir).compile(_chain(np.arange(4), 10), signature)
     assert again.hit and again.key == compiled.key and threads[1:] == ["MainThread"]

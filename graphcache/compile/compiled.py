@@ -31,9 +31,8 @@ def runtime_config(config: Any = None) -> config_pb2.ConfigProto:
 
 
 class PendingKey:
-    """A graph's canonical key, computed once by whoever needs it first: a thread started beside the compile,
-    the entry's write in the background or a caller reading ``CompiledGraph.key`` (cache.py: a first-ever
-    run's miss leaves it off the caller's path).
+    """A graph's canonical key, computed once by whoever needs it first: the entry's write in the background or
+    a caller reading ``CompiledGraph.key`` (cache.py: a first-ever run's miss leaves it off the caller's path).
 
     Once the write has taken the fingerprint, only the key is kept: a fingerprint's node summaries reach into
     the source graph, and a protobuf sub-message keeps its whole GraphDef alive (a frozen model's weights, for
@@ -52,17 +51,14 @@ class PendingKey:
             self._key = self._fingerprint.key
         return self._fingerprint
 
-    def start(self, wanted: Callable[[], bool] | None = None) -> None:
-        """Compute the key in a thread now (priority.start_early), beside TensorFlow's compile of the graph
-        (cache.py's first-ever miss). ``wanted``, asked first in that thread: False leaves the key to whoever
-        needs it later (the entry's write)."""
+    def start(self) -> None:
+        """Compute the key in a thread now (priority.start_early): a Session's first-ever miss starts it before
+        TensorFlow's run compiles the graph, so that the graph can be let go once keyed (cache.py)."""
         from ..core import priority
 
-        priority.start_early(lambda: self._compute_now(wanted), "graphcache-key")
+        priority.start_early(self._compute_now, "graphcache-key")
 
-    def _compute_now(self, wanted: Callable[[], bool] | None) -> None:
-        if wanted is not None and not wanted():
-            return
+    def _compute_now(self) -> None:
         with self._lock:
             if self._compute is not None:  # not taken or computed yet
                 fingerprint = self._computed()

@@ -17,8 +17,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from tensorflow.core.framework import types_pb2
-
 from ..entry.keyparts import combine, hash_json, hash_text
 from .canonical import (
     DROPPED_ATTRS,
@@ -131,35 +129,6 @@ def flight_key(view: GraphView, options: Any, identity: dict[str, Any]) -> str:
     return combine(_parts("flight:" + hash_text(structure), view.signature, options, identity), PART_ORDER)
 
 
-def node_heavy(view: GraphView) -> bool:
-    """Whether the graph's canonical key is mostly Python work per node (canonical ids, ~16 us a node, holding
-    the GIL): at least FAST_MIN_NODES nodes and at most FAST_BYTES_PER_NODE bytes of weights a node, the
-    graphs exact_key gives a fast key. Other graphs' keys are mostly hashing their bytes (xxh3, in C): small
-    graphs in a few milliseconds, weight-heavy ones at memory speed. A scheduling choice only (cache.py's
-    first-ever miss), so weights are estimated from their constants' shapes (0.2-4 ms on keras.applications
-    models and BERT-base; upb's ByteSize serializes the whole graph, 2 s on BERT-base): no key depends on it."""
-    nodes = view.graph_def.node
-    if len(nodes) < FAST_MIN_NODES:
-        return False
-    budget = FAST_BYTES_PER_NODE * len(nodes)
-    for node in nodes:
-        if node.op == "Const" and "value" in node.attr:  # (a missing key would be inserted by reading it)
-            tensor = node.attr["value"].tensor
-            size = _ITEM_BYTES.get(tensor.dtype, 4)
-            for dim in tensor.tensor_shape.dim:
-                size *= dim.size
-            budget -= size
-            if budget < 0:
-                return False
-    return True
-
-
-# Bytes an element of a tensor's dtype (types_pb2.DataType values), for node_heavy's estimate: 4 otherwise.
-_ITEM_BYTES = {types_pb2.DT_DOUBLE: 8, types_pb2.DT_INT64: 8, types_pb2.DT_COMPLEX64: 8, types_pb2.DT_HALF: 2,
-               types_pb2.DT_BFLOAT16: 2, types_pb2.DT_INT16: 2, types_pb2.DT_UINT8: 1, types_pb2.DT_INT8: 1,
-               types_pb2.DT_BOOL: 1}
-
-
 def exact_key(view: GraphView, options: Any, identity: dict[str, Any]) -> str | None:
     """The fast key of a node-heavy graph: ``compute``'s named parts with the graph part the hash of its
     exact serialization (graphs.exact_hash: names included, so sound, just stricter), mapped to the
@@ -178,4 +147,4 @@ def exact_key(view: GraphView, options: Any, identity: dict[str, Any]) -> str | 
 
 __all__ = ["DROPPED_ATTRS", "LARGE_TENSOR", "PART_ORDER", "Fingerprint", "NodeSummary", "canonical_function_names",
            "canonical_graph", "compute", "exact_key", "flight_key", "graph_hash", "input_node", "named_by_node",
-           "node_heavy", "options_bytes"]
+           "options_bytes"]
