@@ -337,6 +337,32 @@ def test_removing_an_entry_removes_its_parts(cache, cache_dir):
         assert conn.execute("SELECT COUNT(*) FROM entry_parts").fetchone()[0] == 0
 
 
+def test_the_onednn_switch_as_tensorflow_resolved_it_is_part_of_the_identity(mlp, tmp_path, cache_dir):
+    """Unset, TF_ENABLE_ONEDNN_OPTS leaves oneDNN's rewrites to TensorFlow's reading of the CPU, so two hosts
+    with one environment can differ, and a Session's collected graph carries the rewrites (and their numerics).
+    The identity holds the switch as TensorFlow resolved it in each process; entries compiled with it on are
+    not served with it off, and the miss says so."""
+    model = tmp_path / "model.pb"
+    model.write_bytes(mlp.graph_def.SerializeToString())
+    where = ["--cache-dir", str(cache_dir)]
+    probe = "from tensorflow.python.util import _pywrap_util_port as p; print(p.IsMklEnabled())"
+
+    def resolved(value: str) -> bool:
+        proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": value})
+        return proc.stdout.split()[-1] == "True"
+
+    on, off = {"TF_ENABLE_ONEDNN_OPTS": "1"}, {"TF_ENABLE_ONEDNN_OPTS": "0"}
+    assert [row["status"] for row in cli_json("warm", str(model), *where, env=on)] == ["compiled"]
+    assert [row["status"] for row in cli_json("warm", str(model), *where, env=on)] == ["cached"]
+    explained = cli_json("explain", str(model), *where, env=off)
+    assert explained["cached"] is False and explained["nearest"][0]["differs"] == ["identity"]
+    detail = explained["nearest"][0]["detail"]["identity"]
+    assert "TF_ENABLE_ONEDNN_OPTS 1 -> 0" in detail
+    if resolved("1"):  # a TensorFlow built with oneDNN (x86 Linux wheels): the resolved switch differs too
+        assert "oneDNN rewrites True -> False" in detail
+
+
 def test_identity_changes_in_words():
     old = {"version": "a", "version_info": {"tensorflow": "2.20.0", "salt": ""}, "device": "cpu"}
     new = {"version": "b", "version_info": {"tensorflow": "2.21.0", "salt": ""}, "device": "gpu:H100:cc9.0"}

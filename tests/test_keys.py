@@ -458,11 +458,11 @@ def test_entries_of_the_old_key_scheme_are_a_stale_version_and_purged(cache_dir,
     from graphcache import GraphCache
     from graphcache.compile import identity
 
-    assert identity.compiler_version()["keys"] == identity.KEY_SCHEME == 2
-    monkeypatch.setattr(identity, "KEY_SCHEME", 1)
+    assert identity.compiler_version()["keys"] == identity.KEY_SCHEME == 3
+    monkeypatch.setattr(identity, "KEY_SCHEME", 2)
     old = GraphCache(cache_dir)
     old.compile(mlp.graph_def, mlp.fetches, mlp.feeds)
-    monkeypatch.setattr(identity, "KEY_SCHEME", 2)
+    monkeypatch.setattr(identity, "KEY_SCHEME", 3)
     new = GraphCache(cache_dir, stale_after=0)
     assert new.version != old.version
     assert new.last_purge.entries == 1 and new.stats().entries == 0

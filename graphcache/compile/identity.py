@@ -4,7 +4,7 @@
 (``KEY_SCHEME``) and the user's identity salt. A different version means an upgrade (or a deliberate
 salt change): its entries are purged once that version has not been opened for ``stale_after`` (see
 versioning.py).
-``identity`` = version + the backend and its options + the device kind. Identities of one version never
+``identity`` = version + the backend and its options + the device kind + the oneDNN switch. Identities of one version never
 purge each other (a GPU trainer and a CPU server can share a cache dir).
 """
 
@@ -21,7 +21,8 @@ from ..entry.keyparts import version_id
 # The version of the key scheme (keys.py, canonical.py). A new scheme gives every graph a new key, so entries under
 # the old one could never hit again: being part of the version, they are purged as a stale version.
 # 2: nodes named by structure (Merkle ids), not by their names.
-KEY_SCHEME = 2
+# 3: the identity holds the oneDNN switch as TensorFlow resolved it (onednn_enabled), not only its variable.
+KEY_SCHEME = 3
 
 # Environment variables that change what TensorFlow's graph rewriters produce.
 _TF_ENV_IN_IDENTITY = ("TF_ENABLE_ONEDNN_OPTS",)
@@ -120,6 +121,22 @@ def device_kind() -> str:
     return ",".join(f"gpu:{gpu.name or 'unknown'}:cc{gpu.compute_capability or '?'}" for gpu in gpus()) or "cpu"
 
 
+@functools.cache
+def onednn_enabled() -> bool | None:
+    """Whether TensorFlow's oneDNN rewrites are on in this process, as TensorFlow decides it (its C++
+    IsMklEnabled, in core/util): TF_ENABLE_ONEDNN_OPTS where it is set, else TensorFlow's default for this CPU (on for
+    x86 Linux CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX), or TF_DISABLE_MKL in builds with
+    ENABLE_MKL. So two hosts with the same TensorFlow and the same environment can differ here, and a
+    Session's collected graph carries oneDNN's rewrites and its numerics (compile/collected.py): the variable
+    alone would let one host hit the other's entries. None where this TensorFlow does not say."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+    except ImportError:
+        return None
+    is_enabled = getattr(_pywrap_util_port, "IsMklEnabled", None)
+    return bool(is_enabled()) if is_enabled is not None else None
+
+
 def compiler_identity(salt: str, backend_name: str, backend_options: dict[str, Any]) -> dict[str, Any]:
     version = compiler_version(salt)
     return {
@@ -129,6 +146,7 @@ def compiler_identity(salt: str, backend_name: str, backend_options: dict[str, A
         "backend_options": backend_options,
         "device": device_kind(),
         "env": {name: os.environ.get(name, "") for name in _TF_ENV_IN_IDENTITY},
+        "onednn": onednn_enabled(),
     }
 
 

@@ -228,7 +228,8 @@ def clear(index: CacheIndex) -> None:
 
 # -- the identity, in words ----------------------------------------------------------------------------------
 _LABELS = {"tensorflow": "tensorflow", "tf_git": "tensorflow git version", "format": "entry format",
-           "keys": "key scheme", "salt": "salt", "backend": "backend", "device": "device kind"}
+           "keys": "key scheme", "salt": "salt", "backend": "backend", "device": "device kind",
+           "onednn": "oneDNN rewrites"}
 
 
 def _flatten(identity: Mapping[str, Any]) -> dict[str, Any]:
