@@ -186,3 +186,55 @@ def test_background_threads_run_below_the_callers_priority():
     worker.join()
     assert seen == [min(19, caller + priority.NICE_STEP)]
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == caller  # the caller is untouched
+
+
+def _nodes_by_name(graph_def):
+    """name -> (op, inputs, device, attrs) with constants by value (dtype, shape, bytes), not by how their
+    TensorProto stores them (tensor_content or repeated values)."""
+    out = {}
+    for node in graph_def.node:
+        attrs = {}
+        for key, value in node.attr.items():
+            if key == "value" and node.op == "Const":
+                array = tf.make_ndarray(value.tensor)
+                attrs[key] = (array.dtype.str, array.shape, array.tobytes())
+            else:
+                attrs[key] = value.SerializeToString(deterministic=True)
+        out[node.name] = (node.op, list(node.input), node.device, attrs)
+    return out
+
+
+def _compiled_with_and_without_the_tfg_hook(graph_def, fetches, feeds=(), targets=()):
+    from graphcache.compile.compilers import grappler
+
+    signature = graphs.Signature.create(fetches, feeds, targets)
+    validated = validation.validate(graph_def, signature)
+    compiler = GrapplerCompiler()
+    without = graph_pb2.GraphDef.FromString(compiler.compile_serialized(graph_def, validated, signature))
+    hook_off = grappler._without_tfg_hook
+    grappler._without_tfg_hook = lambda config: config  # TensorFlow's default: the hook on
+    try:
+        with_hook = graph_pb2.GraphDef.FromString(compiler.compile_serialized(graph_def, validated, signature))
+    finally:
+        grappler._without_tfg_hook = hook_off
+    return with_hook, without
+
+
+def test_grapplers_mlir_hook_changes_no_compiled_graph(mlp, cnn):
+    """The backend turns Grappler's MLIR (TFG) hook off (compilers/grappler.py: a round trip through MLIR
+    that TensorFlow documents as optimizing nothing, a fifth of MobileNetV2's compile): on the test models,
+    training graphs, control flow and functions, the compiled graph has the same nodes, inputs, devices and
+    attributes either way, constants equal by value, and the same library functions."""
+    training = models.tf1_training_graph(resource_variables=True)
+    control_flow, cf_feeds, cf_fetches = _control_flow()
+    mobilenet = models.freeze_keras("mobilenetv2")
+    cases = [(mlp.graph_def, mlp.fetches, mlp.feeds, ()), (cnn.graph_def, cnn.fetches, cnn.feeds, ()),
+             (training.graph.as_graph_def(), [training.loss], [training.x, training.y], [training.train]),
+             (control_flow, cf_fetches, cf_feeds, ()),
+             (mobilenet.graph_def, mobilenet.fetches, mobilenet.feeds, ())]
+    for graph_def, fetches, feeds, targets in cases:
+        with_hook, without = _compiled_with_and_without_the_tfg_hook(graph_def, fetches, feeds, targets)
+        assert _nodes_by_name(without) == _nodes_by_name(with_hook)
+        assert sorted(f.signature.name for f in without.library.function) == \
+            sorted(f.signature.name for f in with_hook.library.function)
+    assert GrapplerCompiler().options()["tfg_hook"] is False  # in the identity: entries of either never mix
