@@ -108,10 +108,11 @@ class GrapplerCompiler(Compiler):
 def _without_tfg_hook(config: config_pb2.ConfigProto) -> config_pb2.ConfigProto:
     """A copy of ``config`` with Grappler's MLIR hook off (``RewriterConfig.disable_tfg_optimizer``). The hook
     converts the graph to MLIR's TFG dialect and back on every meta-optimizer iteration; TensorFlow documents it
-    as running no optimization of its own. On the models measured it changed no node of the compiled graph
-    (folded constants kept bit for bit, stored as repeated values rather than ``tensor_content``) and took a
-    fifth of MobileNetV2's offline Grappler call (fresh processes, TF 2.21: ~275 ms with it, ~215 ms without).
-    It is in the backend's options (``tfg_hook``), so entries compiled with it and without it never mix."""
+    as running no optimization of its own. On the models tested it changes no node of the compiled graph
+    (folded constants kept bit for bit, stored as repeated values rather than ``tensor_content``:
+    tests/test_miss_path.py). With it off, DenseNet121's first-ever miss took 0.92x the time, MobileNetV2's moved
+    less than the noise (benchmarks/first_ever_ab-fd77f49.txt). It is in the backend's options (``tfg_hook``),
+    so entries compiled with it and without it never mix."""
     out = config_pb2.ConfigProto()
     out.CopyFrom(config)
     out.graph_options.rewrite_options.disable_tfg_optimizer = True
