@@ -57,10 +57,7 @@ start = time.perf_counter()
 if step == "cache":
     import graphcache
     graphcache.GraphCache(cache_dir)
-elif step == "hit":
-    import graphcache
-    hit = graphcache.GraphCache(cache_dir).compile(graph_def, ["y:0"], ["x:0"]).hit
-elif step == "miss":
+elif step in ("hit", "miss"):  # the same call: the parent gives a miss an empty cache dir
     import graphcache
     hit = graphcache.GraphCache(cache_dir).compile(graph_def, ["y:0"], ["x:0"]).hit
 elif step == "install":

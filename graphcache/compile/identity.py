@@ -4,8 +4,8 @@
 (``KEY_SCHEME``) and the user's identity salt. A different version means an upgrade (or a deliberate
 salt change): its entries are purged once that version has not been opened for ``stale_after`` (see
 versioning.py).
-``identity`` = version + the backend and its options + the device kind + the oneDNN switch. Identities of one version never
-purge each other (a GPU trainer and a CPU server can share a cache dir).
+``identity`` = version + the backend and its options + the device kind + the oneDNN switch. Identities of one
+version never purge each other (a GPU trainer and a CPU server can share a cache dir).
 """
 
 from __future__ import annotations
@@ -124,9 +124,9 @@ def device_kind() -> str:
 @functools.cache
 def onednn_enabled() -> bool | None:
     """Whether TensorFlow's oneDNN rewrites are on in this process, as TensorFlow decides it (its C++
-    IsMklEnabled, in core/util): TF_ENABLE_ONEDNN_OPTS where it is set, else TensorFlow's default for this CPU (on for
-    x86 Linux CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX), or TF_DISABLE_MKL in builds with
-    ENABLE_MKL. So two hosts with the same TensorFlow and the same environment can differ here, and a
+    IsMklEnabled, in core/util): TF_ENABLE_ONEDNN_OPTS where it is set, else TensorFlow's default for this
+    CPU (on for x86 Linux CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX), or TF_DISABLE_MKL in builds
+    with ENABLE_MKL. So two hosts with the same TensorFlow and the same environment can differ here, and a
     Session's collected graph carries oneDNN's rewrites and its numerics (compile/collected.py): the variable
     alone would let one host hit the other's entries. None where this TensorFlow does not say."""
     try:
