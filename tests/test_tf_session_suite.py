@@ -82,7 +82,8 @@ def run_suite(path: Path, mode: str, with_graphcache: bool) -> tuple[dict[str, s
     """({test id: passed|failed|error|skipped}, stderr) of one fresh-process run of TensorFlow's file."""
     with tempfile.TemporaryDirectory() as cache_dir:
         # GRAPHCACHE_MIN_NODES=0: TensorFlow's test graphs are tiny; by default they would all run the plain way.
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT), "GRAPHCACHE_MIN_NODES": "0"}
+        # TF_CPP_MIN_LOG_LEVEL=0, TensorFlow's default: testDefaultLogDevicePlacement reads the placement log.
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0", "PYTHONPATH": str(ROOT), "GRAPHCACHE_MIN_NODES": "0"}
         proc = subprocess.run([sys.executable, "-c", CHILD, mode, "1" if with_graphcache else "0", str(path),
                                cache_dir], capture_output=True, text=True, env=env, timeout=1500, cwd=ROOT)
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
