@@ -180,7 +180,7 @@ def _miss_parts(capture: StderrCapture, model: str, cache_dir: str) -> dict[str,
     view = graphs.GraphView(source.graph_def, signature)
     view.check_supported()
     # A first-ever run (an empty store) computes no key on the caller's path: it locks a name made from the
-    # graph's structure (keys.flight_key), and its keys are computed for the entry's write (cache.py)
+    # fan-in's node names (keys.flight_key), and its keys are computed for the entry's write (cache.py)
     first_ever = cache.holds_nothing()
     fast = fp = None
     if first_ever:

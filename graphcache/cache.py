@@ -278,7 +278,7 @@ class GraphCache(EntryService):
         compiles, so that the graph can go before that run. That takes their passes over the graph off the miss
         (18-90 ms on MobileNetV2 to DenseNet121; on BERT-base its exact bytes tried and its canonical key);
         a short process pays them in its exit's wait for the write. Single flight holds under a lock named
-        by the graph's structure (keys.flight_key); a process that waited for it finds the store filled and
+        by the fan-in's node names (keys.flight_key); a process that waited for it finds the store filled and
         returns None: the caller then looks the graph up as any process does.
         ``releases_graph``: the thread lets go of the source graph once the keys are known (as _look_up)."""
         from .compile import keys

@@ -223,7 +223,7 @@ def test_write_failure_fails_open_with_one_warning(cache, mlp, cnn, monkeypatch)
 @pytest.mark.parametrize("store", ["empty", "filled"])
 def test_lock_timeout_compiles_without_cache(cache, mlp, store):
     """On a filled store the miss locks its key; on an empty one (a first-ever run, keyed in a thread) the
-    lock named by its structure (keys.flight_key)."""
+    lock named by its fan-in's node names (keys.flight_key)."""
     import filelock
 
     from graphcache.compile import graphs, keys
