@@ -93,6 +93,38 @@ def test_iterator_is_rejected_naming_the_node(cache):
     assert cache.stats().uncacheable["resource_ops"] == 1
 
 
+def _function_table_graph(call_it: bool) -> tf.Graph:
+    """A TF1 graph with a library function that creates and reads a hash table; ``call_it``: the fetched
+    tensor goes through the function, else the call hangs off the graph outside the fetch's fan-in."""
+    graph = tf.Graph()
+    with graph.as_default():
+        @tf.function
+        def lookup(query):
+            table = tf.raw_ops.HashTableV2(key_dtype=tf.string, value_dtype=tf.int64, shared_name="fn_table")
+            return tf.raw_ops.LookupTableFindV2(table_handle=table, keys=query,
+                                                default_value=tf.constant(-1, tf.int64))
+
+        query = tf.compat.v1.placeholder(tf.string, [None], name="query")
+        found = lookup(query)
+        tf.identity(found if call_it else tf.strings.length(query), name="out")
+    return graph
+
+
+def test_resource_state_inside_a_called_function_is_rejected_naming_it(cache):
+    with pytest.raises(UnsupportedGraphError) as info:
+        cache.compile(_function_table_graph(call_it=True), ["out:0"], ["query:0"])
+    named = dict(info.value.nodes)
+    assert any(name.endswith("/HashTableV2") for name in named), named  # "<function>/<node>"
+    assert "HashTableV2" in named.values() and "LookupTableFindV2" in named.values()
+    assert cache.stats().uncacheable["resource_ops"] == 1
+
+
+def test_resource_state_outside_the_fetches_fan_in_is_not_in_the_way(cache):
+    compiled = cache.compile(_function_table_graph(call_it=False), ["out:0"], ["query:0"])
+    assert not compiled.hit
+    assert cache.compile(_function_table_graph(call_it=False), ["out:0"], ["query:0"]).hit
+
+
 def test_resource_and_ref_variables_are_supported(cache):
     from benchmarks import models
 
