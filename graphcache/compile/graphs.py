@@ -284,21 +284,20 @@ class GraphView:
             listed = ", ".join(f"{what} {name!r}" for what, name in missing[:5])
             more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
             raise InvalidGraphError(f"not in the graph: {listed}{more}")
-        self._fan_in_ops: set[str] = set()  # op types of the fan-in's nodes, gathered by _fan_in
-        self.reachable = self._fan_in(signature.roots())
+        self.reachable, self._fan_in_ops = self._fan_in(signature.roots())  # names, and their op types
         self.reachable_functions = self._functions_used(self.nodes[n] for n in self.reachable)
         self._reachable_ops: frozenset[str] | None = None  # the fan-in's and its functions' op types
         self._op_types: frozenset[str] | None = None  # kept by release()
 
-    def _fan_in(self, roots: list[str]) -> list[str]:
-        """Names of the nodes the roots depend on (data and control inputs), roots included; their op types
-        go into ``_fan_in_ops`` on the way (reading them again later costs a second pass over the nodes).
+    def _fan_in(self, roots: list[str]) -> tuple[list[str], set[str]]:
+        """Names of the nodes the roots depend on (data and control inputs), roots included, and those nodes'
+        op types, gathered on the way (reading them again later costs a second pass over the nodes).
 
         The walk is the per-node Python cost of every compile and hit (NASNetMobile: 4,588 nodes), so an
         input that is a plain node name, most of them, is pushed as it is, and only ``^a`` and ``a:1`` go
         through input_node."""
         seen: set[str] = set()
-        ops = self._fan_in_ops
+        ops: set[str] = set()
         stack = list(roots)
         push, pop, see, get, add_op = stack.append, stack.pop, seen.add, self.nodes.get, ops.add
         while stack:
@@ -312,7 +311,7 @@ class GraphView:
             add_op(node.op)
             for value in node.input:
                 push(value if ":" not in value and value[:1] != "^" else input_node(value))
-        return sorted(seen)
+        return sorted(seen), ops
 
     def _functions_used(self, nodes: Iterable[node_def_pb2.NodeDef]) -> list[str]:
         if not self.functions:  # only library functions are returned: without a library, there are none
@@ -373,15 +372,15 @@ class GraphView:
         """Raise UnsupportedGraphError when the fan-in holds non-variable resource state. Whether a node is
         such state depends on its op type alone, so the op types are checked first (a graph has a few dozen)
         and the nodes are walked only to name the offending ones."""
-        if not any(is_stateful_resource_op_type(op, self.functions) for op in self.reachable_ops()):
+        stateful = {op for op in self.reachable_ops() if is_stateful_resource_op_type(op, self.functions)}
+        if not stateful:
             return
         offending = [
             (f"{where}/{node.name}" if where else node.name, node.op)
             for where, node in self.all_reachable_nodes()
-            if is_stateful_resource_op(node, self.functions)
+            if node.op in stateful
         ]
-        if offending:
-            raise UnsupportedGraphError(unsupported_message(offending), offending)
+        raise UnsupportedGraphError(unsupported_message(offending), offending)
 
 
 def unsupported_message(offending: list[tuple[str, str]]) -> str:
