@@ -8,7 +8,8 @@ workloads are functions_bench.py's (``deep8k``, ``resnet50`` predict, ``transfor
 each run by the same code (``functions_bench.call_workload``) up to its first result. Variants:
 
 - ``plain``: TensorFlow alone;
-- ``miss``: ``graphcache.install(cache_dir=dir)`` (TF2 functions and traces cached, the defaults) on an EMPTY
+- ``miss``: ``graphcache.install(cache_dir=dir)`` (the defaults: TF2 functions cached; traces too where
+  ``GRAPHCACHE_TRACES=1`` is set, off by default since [sound]) on an EMPTY
   cache dir, emptied before every run: a first-ever run;
 - ``warm``: the same on a cache dir that one untimed run filled first.
 

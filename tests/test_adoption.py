@@ -81,7 +81,8 @@ def test_install_makes_every_tf1_session_a_graphcache_session_and_uninstall_rest
     assert out["interactive"] == ["graphcache.session.drop_in", True]
     assert out["grappler_off_type"] == "tensorflow.python.client.session"  # nothing to cache: left plain
     assert out["explicit_uses_installed_cache"] == str(cache_dir)
-    assert out["plugins"] == [True, True, False, False]  # TF2 functions and traces: on with install(), off after
+    # TF2 functions on with install(); traces only when asked for (docs/tf2-traces.md: off by default); both off after
+    assert out["plugins"] == [True, False, False, False]
     assert out["uninstalled"] == [True, False] and out["restored"]
     assert out["compiles"] >= 1
 
@@ -265,9 +266,9 @@ import graphcache
 first, second = {first!r}, {second!r}
 warnings.simplefilter("always")
 with warnings.catch_warnings(record=True) as caught:
-    first_cache = graphcache.install(cache_dir=first)
+    first_cache = graphcache.install(cache_dir=first, traces=True)
     tf.function(lambda x: tf.reduce_sum(tf.square(x)) * 2.0)(tf.ones([8]))
-    second_cache = graphcache.install(cache_dir=second)  # a dir that does not exist yet: created, mode 0700
+    second_cache = graphcache.install(cache_dir=second, traces=True)  # a dir that does not exist yet: created, mode 0700
     tf.function(lambda x: tf.reduce_sum(tf.sqrt(x)) + 1.0)(tf.ones([8]))
     with tf.Graph().as_default() as g:
         x = tf.compat.v1.placeholder(tf.float32, [4], name="x")

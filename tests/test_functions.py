@@ -339,7 +339,7 @@ import numpy as np
 import tensorflow as tf
 if {functions}:
     import graphcache
-    cache = graphcache.install(cache_dir={cache_dir!r})  # TF2 functions included
+    cache = graphcache.install(cache_dir={cache_dir!r}, traces=True)  # TF2 functions included
 import keras
 keras.utils.set_random_seed(3)
 inputs = keras.Input((12,))
@@ -370,7 +370,7 @@ def test_keras_predict_fit_and_a_loaded_saved_model_hit_in_a_second_process(cach
     cold = run_python(KERAS_CHILD.format(functions=True, cache_dir=str(cache_dir), exported=exported))
     warm = run_python(KERAS_CHILD.format(functions=True, cache_dir=str(cache_dir), exported=exported))
     compiled = cold["functions"]["function_compiles"]
-    # predict, fit's step, the SavedModel (install() caches traces too: Keras' training state is built before
+    # predict, fit's step, the SavedModel (install(traces=True) caches traces too: Keras' training state is built before
     # fit's first trace, so the optimizer's initializer function plain Keras traces inside it never runs)
     assert compiled >= 3 and cold["functions"]["function_hits"] == 0
     assert warm["functions"] == {"function_hits": compiled, "function_compiles": compiled}  # all hit, none new
@@ -381,7 +381,7 @@ def test_keras_predict_fit_and_a_loaded_saved_model_hit_in_a_second_process(cach
     stats = subprocess.run([sys.executable, "-m", "graphcache", "stats", "--json", "--cache-dir", str(cache_dir)],
                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
     data = json.loads(stats.stdout)
-    traced = data["by_kind"]["tf_trace"]["hits"]  # install() caches traces too: predict's step hit
+    traced = data["by_kind"]["tf_trace"]["hits"]  # install(traces=True): predict's step hit
     assert traced >= 1 and data["totals"]["hits"] == compiled + traced and data["totals"]["hit_rate"] == 0.5
     assert data["by_kind"]["tf_function"]["hits"] == compiled and data["by_kind"]["tf_function"]["entries"] == compiled
     assert data["by_kind"]["tf_function_alias"]["hits"] == 0  # an alias's lookups are its target kind's
@@ -449,7 +449,7 @@ import numpy as np
 import tensorflow as tf
 if {cache_dir!r}:
     import graphcache
-    cache = graphcache.install(cache_dir={cache_dir!r})  # TF2 functions included
+    cache = graphcache.install(cache_dir={cache_dir!r}, traces=True)  # TF2 functions included
 import keras
 keras.utils.set_random_seed(1)
 model = keras.applications.ResNet50(weights=None, input_shape=(64, 64, 3), classes=10)
