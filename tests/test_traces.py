@@ -313,7 +313,10 @@ def test_the_walk_refuses_what_it_cannot_key():
     thing = _Thing()
     assert _refused(lambda x: print(x)) == "builtin"
     assert _refused(lambda x: hash("seeded per process")) == "builtin"
-    assert _refused(lambda x: x * thing.scale) == "value"  # an instance
+    assert _refused(lambda x: (thing, x)[1]) == "value"  # an instance used as a whole
+    by_attribute = _digest(lambda x: x * thing.scale)  # an instance read only through an attribute: keyed by it
+    thing.scale = 3.0
+    assert _digest(lambda x: x * thing.scale) != by_attribute
     assert _digest(lambda x: x * tf.nn.relu(x))[1] == {}  # library code: named by its version, not walked
 
     def writes_global(x):

@@ -47,7 +47,8 @@ FUNCTION_COUNTERS = ("function_hits", "function_compiles")
 TRACE_COUNTERS = ("trace_hits", "trace_misses", "trace_uncacheable")
 TRACE_UNCACHEABLE = "trace_uncacheable"
 TRACE_REASONS = ("library", "method", "not_a_function", "value", "builtin", "writes_state", "side_effect",
-                 "creates_variables", "capture", "graph", "structure", "signature", "context", "keras")
+                 "creates_variables", "capture", "graph", "structure", "signature", "context", "keras", "hash_order",
+                 "recorded")
 
 KIND_PREFIX = "kind."
 KIND_STATS = ("hits", "misses", "compiles", "compile_seconds", "saved_seconds")

@@ -23,9 +23,10 @@ A trace (only a top-level one, in eager mode: traces nested inside another trace
    ``GRAPHCACHE_TRACE_VERIFY=1`` the function is traced anyway and the two compared (canonical function
    libraries, captures, signatures): a difference is logged as an ERROR, warned about (raised in strict
    mode), the entry removed, and the fresh trace used;
-4. miss: the function is traced under a variable creator that notes every variable created; a trace that
-   created variables, changed a value it read (walked again afterwards), or that stored.py refuses, is not
-   stored. Otherwise the entry is written in the background (the function library is read and checked
+4. miss: the function is traced under a variable creator that notes every variable created, and recorded
+   (recording.py: files opened, modules imported, environment variables read); a trace that created
+   variables, did what its key cannot see, changed a value it read (walked again afterwards), or that
+   stored.py refuses, is not stored. Otherwise the entry is written in the background (the function library is read and checked
    there), off the caller's path.
 
 Fail open: a failure of graphcache's own warns once, is counted, and the function is traced normally.
@@ -51,7 +52,7 @@ from ..core.service import EntryService
 from ..entry import codec, kinds
 from ..entry.keyparts import hash_json
 from ..errors import CacheIOError, CorruptEntryError
-from . import instance, kerasfit, kerasstep, keying, stored
+from . import instance, kerasfit, kerasstep, keying, recording, stored
 from .walk import Uncacheable, is_library
 
 log = logging.getLogger("graphcache")
@@ -233,12 +234,15 @@ class TraceCache:
             return next_creator(**kwargs)
 
         start = time.perf_counter()
-        with variable_scope.variable_creator_scope(note_creation):
+        with variable_scope.variable_creator_scope(note_creation), recording.record() as record:
             concrete = trace()
         seconds = time.perf_counter() - start
         try:
             if created:
                 raise Uncacheable("creates_variables", f"its trace creates variables ({', '.join(created)})")
+            problems = record.problems()
+            if problems:
+                raise Uncacheable("recorded", f"while tracing it {'; '.join(problems)} (not in its key)")
             if not keying.same_reads(key.walk, root):
                 raise Uncacheable("side_effect", "its trace changed a value it reads (appended to a list, ...)")
             described = stored.describe(concrete, key.walk.bindings)
@@ -285,7 +289,8 @@ class TraceCache:
             key=key.key, version=self.cache.version, identity=self.cache.identity, name=name, kind=KIND,
             created=time.time(), compile_seconds=seconds, key_parts=key.parts,
             extra={"function": described.name, "functions": len(library.function),
-                   "nodes": sum(len(fdef.node_def) for fdef in library.function), "captures": len(described.captures)})
+                   "nodes": sum(len(fdef.node_def) for fdef in library.function), "captures": len(described.captures),
+                   "guards": key.guards})
         if self.cache.write_entry(header, payload):
             log.info("graphcache trace stored %s key=%s %.3fs", name, key.key, seconds)
 
@@ -300,8 +305,9 @@ class TraceCache:
             self.cache.start_write(self._record_miss, name, None, detail)
 
     def _record_miss(self, name: str, key: keying.TraceKey | None, detail: str = "") -> None:
-        """``graphcache misses``: a trace that missed, with the key parts it differs in from the newest stored trace
-        of the same name, or one that could not be cached, with why. Best effort: the index may be busy."""
+        """``graphcache misses``: a trace that missed, with the key parts and the reads (guards: ``g:SCALE 2.0 -> 3.0``)
+        it differs in from the newest stored trace of the same name, or one that could not be cached, with why.
+        Best effort: the index may be busy."""
         if self.cache.index is None or self.cache.read_only:
             return
         nearest, differs = None, ()
@@ -315,8 +321,10 @@ class TraceCache:
                 if header is not None:
                     nearest = header.key
                     differs = tuple(part for part in keying.PART_ORDER if header.key_parts.get(part) != key.parts[part])
-                    log.info("graphcache trace miss %s: differs from the stored trace %s in %s", name, nearest,
-                             ", ".join(differs))
+                    changes = keying.guard_changes(header.extra.get("guards") or {}, key.guards)
+                    detail = "; ".join(changes)
+                    log.info("graphcache trace miss %s: differs from the stored trace %s in %s%s", name, nearest,
+                             ", ".join(differs), f" ({detail})" if detail else "")
             self.cache.record_miss(misses.Miss(time.time(), f"tf.function {name}", key.key if key else "",
                                                nearest, differs, detail))
         except Exception:  # an explanation is never worth a failed trace

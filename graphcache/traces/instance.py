@@ -50,12 +50,11 @@ from tensorflow.python.module import module as module_lib
 from tensorflow.python.trackable import autotrackable
 from tensorflow.python.trackable import base as trackable_base
 
-from .walk import ATTRIBUTE_LOADS, Uncacheable, Walk, code_objects, is_library
+from .walk import ATTRIBUTE_LOADS, ATTRIBUTE_WRITES, Uncacheable, Walk, chain_after, code_objects, is_library
 
 REASON = "method"
 MAX_DEPTH = 16
 SELF_READS = ATTRIBUTE_LOADS | {"LOAD_SUPER_ATTR"}  # the last: super().name from Python 3.12 on
-ATTRIBUTE_WRITES = frozenset({"STORE_ATTR", "DELETE_ATTR"})
 REBINDS = frozenset({"STORE_FAST", "DELETE_FAST", "STORE_DEREF", "DELETE_DEREF"})
 # Library base classes whose instances keep all their state in __dict__ (what object_state keys).
 STATE_BASES = frozenset({object, abc.ABC, module_lib.Module, autotrackable.AutoTrackable, trackable_base.Trackable})
@@ -132,6 +131,26 @@ def self_reads(function: types.FunctionType, where: str, reason: str) -> list[st
             elif ins.opname != "LOAD_CLOSURE":
                 raise Uncacheable(reason, f"{where} hands self to other code (what that reads is not followed)")
     return reads
+
+
+def self_chains(function: types.FunctionType) -> list[tuple[str, ...]]:
+    """The attribute chains of two or more names ``function`` reads off its first argument (``self.inner.k``):
+    what ``self_reads`` keys as ``inner`` alone when ``inner`` is an object the caller labels (a model's layer)."""
+    code = function.__code__
+    if not code.co_argcount:
+        return []
+    me = code.co_varnames[0]
+    found: list[tuple[str, ...]] = []
+    for current in code_objects(code):
+        instructions = list(dis.get_instructions(current))
+        for index, ins in enumerate(instructions):
+            if ins.argval != me or not (ins.opname == "LOAD_DEREF" or
+                                        (current is code and ins.opname.startswith("LOAD_FAST"))):
+                continue
+            chain = chain_after(instructions, index)
+            if chain and len(chain) > 1 and chain not in found:
+                found.append(chain)
+    return found
 
 
 def _super_read(instructions: list[dis.Instruction], index: int, where: str, reason: str) -> list[str]:
@@ -318,4 +337,4 @@ def _unknown_descriptor(attr: Any) -> bool:
 
 
 __all__ = ["BoundMethod", "bound_method", "called_here", "check_class", "keyed_state", "module_rule", "object_state",
-           "plain_or_tracked", "reached_reads", "self_reads", "walk_method"]
+           "plain_or_tracked", "reached_reads", "self_chains", "self_reads", "walk_method"]

@@ -49,7 +49,7 @@ from typing import Any
 from tensorflow.python.framework import ops
 from tensorflow.python.ops import resource_variable_ops
 
-from .instance import keyed_state, self_reads
+from .instance import keyed_state, self_chains, self_reads
 from .walk import Uncacheable, Walk, is_library
 
 TRAINER_MODULE = "keras.src.backend.tensorflow.trainer"
@@ -258,6 +258,7 @@ def _method_wrapper(item: types.FunctionType, layer: Any) -> bool:
 def instance_reads(walk: Walk, layer: Any, owner: type, where: str, known: dict[int, str]) -> None:
     """Each ``self.<name>`` the methods of ``owner`` (a user class) read, keyed (see the module docstring)."""
     names: dict[str, None] = {}
+    chains: dict[tuple[str, ...], None] = {}
     for name, attr in vars(owner).items():
         if name in SETUP_METHODS:
             continue
@@ -266,12 +267,36 @@ def instance_reads(walk: Walk, layer: Any, owner: type, where: str, known: dict[
         for function in functions:
             if isinstance(function, types.FunctionType) and not isinstance(attr, staticmethod):
                 names.update(dict.fromkeys(self_reads(function, f"{where}: {owner.__qualname__}.{name}", REASON)))
+                chains.update(dict.fromkeys(self_chains(function)))
+    rule = functools.partial(_keras_state, known)
     for name in names:
         if name in vars(layer):
-            keyed_state(walk, vars(layer)[name], f"{where} self.{name}", 0, functools.partial(_keras_state, known),
-                        REASON)
+            keyed_state(walk, vars(layer)[name], f"{where} self.{name}", 0, rule, REASON)
         elif not any(name in vars(cls) for cls in type(layer).__mro__):
             raise Uncacheable(REASON, f"{where} reads self.{name}, which no class defines (a __getattr__)")
+    for chain in chains:  # self.inner.k: what a labelled object (a layer) holds is read too, not only the label
+        held_value = vars(layer).get(chain[0])
+        if held_value is not None and id(held_value) in known:
+            _known_chain(walk, held_value, chain[1:], f"{where} self.{chain[0]}", known, rule)
+
+
+def _known_chain(walk: Walk, current: Any, chain: tuple[str, ...], where: str, known: dict[int, str],
+                 rule: Any) -> None:
+    """An attribute chain read off a model object: through labelled objects, to the first value ``rule`` keys; a
+    method of a labelled object ends it (its code is that object's class walk)."""
+    for index, attribute in enumerate(chain):
+        try:
+            current = getattr(current, attribute)
+        except Exception as exc:  # the trace fails the same way: keyed as missing
+            walk.value(("missing attribute", attribute, type(exc).__name__), where)
+            return
+        where = f"{where}.{attribute}"
+        if isinstance(current, types.MethodType) and id(current.__self__) in known:
+            return
+        if id(current) in known and index < len(chain) - 1:
+            continue
+        keyed_state(walk, current, where, 0, rule, REASON)
+        return
 
 
 def _keras_state(known: dict[int, str], walk: Walk, value: Any, where: str, depth: int) -> bool:

@@ -9,9 +9,13 @@
   declared type (input_signature included) and its default values;
 - ``options``: the tf.function's name, autograph and its options, reduce_retracing, the FunctionDef
   attributes (jit_compile, experimental_attributes, ...), the variable-creation scope of the trace;
-- ``context``: the eager device scope, the global random seed (stateful random ops take their seeds from it
-  at trace time), NumPy-behaviour switches;
-- ``versions``: Python (bytecode), TensorFlow, graphcache, and each library package the walk named;
+- ``context``: the eager device scope and the function context TensorFlow keys its own traces by;
+- ``settings``: the trusted libraries' settings a trace can read (ambient.py: Keras' floatx, epsilon and
+  dtype policy, TensorFlow's NumPy behaviour, op determinism, op callbacks, the global random seed, ...), and
+  ``PYTHONHASHSEED`` where walked code builds a set (its iteration order is the seed's; refused when the seed
+  is random);
+- ``versions``: Python (bytecode), TensorFlow, graphcache, and the identity of each trusted package the walk
+  named (trust.py: distribution name, version and a hash of its installed file list);
 - ``identity``: the compiler identity (the cache's).
 
 Refused here (``walk.Uncacheable``): traces inside another graph (a nested tf.function is part of its
@@ -21,9 +25,11 @@ concrete-function callbacks registered, and arguments whose TraceType cannot be 
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tensorflow.core.function.polymorphism import function_type as function_type_lib
@@ -34,13 +40,12 @@ from tensorflow.python.saved_model import save_context
 
 from ..entry.keyparts import combine, hash_json, hash_text
 from ..version import package_version
-from . import instance, kerasfit, kerasstep
-from .walk import Uncacheable, Walk
-from .walk import package_version as library_version
+from . import ambient, instance, kerasfit, kerasstep, trust
+from .walk import GUARD_TEXT, Uncacheable, Walk
 
 log = logging.getLogger("graphcache")
 
-PART_ORDER = ("code", "signature", "options", "context", "versions", "identity")
+PART_ORDER = ("code", "signature", "options", "context", "settings", "versions", "identity")
 
 
 @dataclass
@@ -48,6 +53,18 @@ class TraceKey:
     key: str
     parts: dict[str, str]
     walk: Walk
+    guards: dict[str, str] = field(default_factory=dict)  # what each read path held, in words (walk.py's guards)
+
+
+def guard_changes(stored: dict[str, str], now: dict[str, str], limit: int = 6) -> list[str]:
+    """The reads that differ between a stored trace's guards and this key's: ``g:SCALE 2.0 -> 3.0``."""
+    changes = []
+    for path in sorted(set(stored) | set(now)):
+        before, after = stored.get(path), now.get(path)
+        if before != after:
+            changes.append(f"{path} {before if before is not None else '(not read)'} -> "
+                           f"{after if after is not None else '(not read)'}")
+    return changes[:limit] + ([f"... {len(changes) - limit} more"] if len(changes) > limit else [])
 
 
 def check_context(scope_type: Any) -> Any:
@@ -95,17 +112,32 @@ def options_part(tracing_options: Any) -> str:
 
 def context_part(function_context_now: Any) -> str:
     ctx = context.context()
-    numpy_behavior = [getattr(ops, name)() for name in ("is_auto_dtype_conversion_enabled",
-                                                         "is_numpy_style_type_promotion") if hasattr(ops, name)]
     return hash_json([ctx.device_name or "", repr(function_context_now.context.device_functions),
                       bool(function_context_now.context.in_cross_replica_context),
-                      repr(function_context_now.context.xla_context_id), context.global_seed(), numpy_behavior])
+                      repr(function_context_now.context.xla_context_id)])
+
+
+def settings_part(walk: Walk) -> str:
+    return hash_json(settings_values(walk))
+
+
+def settings_values(walk: Walk) -> dict[str, Any]:
+    """ambient.py's snapshot, and the string hash seed where walked code builds a set it may iterate."""
+    extra = {}
+    if walk.hash_order is not None:
+        seed = os.environ.get("PYTHONHASHSEED", "random")
+        if not seed.isdigit():
+            raise Uncacheable("hash_order", f"{walk.hash_order} builds a set: a set of str iterates in the order of this "
+                                            "process's hash seed, which is random (set PYTHONHASHSEED, or iterate "
+                                            "sorted(...))")
+        extra["python.hash_seed"] = int(seed)
+    return {**ambient.snapshot(), **extra}
 
 
 def versions_part(walk: Walk) -> str:
     import tensorflow as tf
 
-    packages = {name: library_version(name) for name in sorted(walk.packages)}
+    packages = {name: trust.identity(name) for name in sorted(walk.packages)}
     return hash_json({"python": sys.version, "implementation": sys.implementation.cache_tag,
                       "tensorflow": tf.version.VERSION, "tf_git": tf.version.GIT_VERSION,
                       "graphcache": package_version(), "packages": packages})
@@ -130,11 +162,13 @@ def compute(root: Any, function_type: Any, tracing_options: Any, function_contex
     """The key of tracing ``root`` (the user's Python function or a Keras predict step) for ``function_type``;
     raises Uncacheable."""
     walk = walk_root(root)
+    settings = settings_values(walk)
     parts = {
         "code": walk.digest(),
         "signature": signature_part(function_type, tracing_options),
         "options": options_part(tracing_options),
         "context": context_part(function_context_now),
+        "settings": hash_json(settings),
         "versions": versions_part(walk),
         "identity": identity_hash,
     }
@@ -142,7 +176,9 @@ def compute(root: Any, function_type: Any, tracing_options: Any, function_contex
     if log.isEnabledFor(logging.DEBUG):
         log.debug("key %s for the trace of %s: %s", key, tracing_options.name,
                   " ".join(f"{p}={parts[p]}" for p in PART_ORDER))
-    return TraceKey(key, parts, walk)
+    guards = {**walk.guards, **{f"setting:{name}": json.dumps(value)[:GUARD_TEXT] for name, value in settings.items()},
+              **{f"package:{name}": trust.identity(name)[:GUARD_TEXT] for name in sorted(walk.packages)}}
+    return TraceKey(key, parts, walk, guards)
 
 
 def same_reads(before: Walk, root: Any) -> bool:

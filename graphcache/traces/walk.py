@@ -6,23 +6,31 @@ Python value that code reads. The walk starts at the function and follows what i
 - code objects, recursively (``co_code``, constants with nested code, names, variable names, flags,
   exception table; not file names or line numbers, which no graph sees), defaults and keyword defaults;
 - closure cells and the module globals the code loads (``LOAD_GLOBAL``/``LOAD_NAME``, nested code
-  included) and the modules it imports;
-- user code reached that way (functions, classes with their methods and plain attributes, tf.functions:
-  their options and their Python function), walked the same way. Library code (TensorFlow, Keras, NumPy,
-  the standard library, anything installed in site-packages) is named, not walked: its version is part of
-  the key (``packages``);
+  included) and the modules it imports, and the **attribute chains** read off each (``mylib.SCALE``,
+  ``helper.scale``, ``flags.FLAGS.scale``, ``Color.RED``): each chain is resolved in this process, as the trace
+  will resolve it, and its value keyed under its path (``g:mylib.SCALE``). A module is keyed only by the
+  chains read off it: a user module used any other way (handed to other code) is refused;
+- code reached that way (functions, classes with their methods and plain attributes, tf.functions: their
+  options and their Python function) is walked the same way, wherever it lives, unless trust.py trusts its
+  package (the standard library, TensorFlow, Keras, NumPy and the few they need: named by the identity of
+  their installed distribution, in the ``versions`` part). A project folder without ``__init__.py``, a
+  package installed with ``pip install .`` and a third party's package are walked;
 - values, only when plain: None, bool, int, float, complex, str, bytes, tuples/lists/dicts/sets of plain
-  values, tf.DType, TensorShape, TensorSpec, NumPy scalars, dtypes and arrays (by their bytes), enum members;
-  tf.Variables by type, dtype, shape and device, eager tensors by dtype, shape, device and value. Variables
-  and eager tensors are what a trace captures: ``bindings`` names each by the path it was reached by
-  (``g:w``: global ``w``; ``c:scale``: closure cell; ``g:helper/g:w``: a global of a global function), so a
-  restored trace binds this process's objects in the trace's capture order.
+  values, tf.DType, TensorShape, TensorSpec, NumPy scalars, dtypes and arrays (by their bytes), enum members
+  (their class, walked, their name and value); tf.Variables by type, dtype, shape and device, eager
+  tensors by dtype, shape, device and value. Variables and eager tensors are what a trace captures:
+  ``bindings`` names each by the path it was reached by (``g:w``: global ``w``; ``c:scale``: closure cell;
+  ``g:helper/g:w``: a global of a global function), so a restored trace binds this process's objects in the
+  trace's capture order. An object only read through attribute chains (``FLAGS.scale``) is keyed by them.
 
 Anything else refuses the trace (``Uncacheable`` with a reason of counters.TRACE_REASONS): an instance of
-a user class or of a library type, a user module, a bound method, a builtin with side effects (``print``,
-``open``, ``hash`` of a str is seeded per process, ...), library modules of process state (``os``,
-``time``, ``random``, ``numpy.random``, ...: ``STATEFUL_MODULES``), code that assigns globals or enclosing
-variables.
+a user class or of a library type used as a whole, a user module handed to other code, a bound method, a
+builtin with side effects (``print``, ``open``, ``hash`` of a str is seeded per process, ...), modules of
+process state (``os``, ``time``, ``random``, ``numpy.random``, ``pickle``, ...: ``STATEFUL_MODULES``), trusted
+functions that read files (``np.load``, ``tf.io.gfile``: ``STATE_READERS``), code that assigns globals,
+enclosing variables or attributes of what it reads. Code that builds a set it may iterate is keyed with
+``PYTHONHASHSEED`` where that is fixed (a set of str iterates in the hash seed's order), else refused
+(keying.py).
 The walk is repeated after a miss's trace: a trace that changed a value it read (appended to a list)
 is not stored either. A tf.function *method* adds its object to this walk (instance.py).
 """
@@ -33,10 +41,9 @@ import builtins
 import dis
 import enum
 import functools
-import os
 import sys
-import sysconfig
 import types
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,6 +52,8 @@ from tensorflow.python.eager.polymorphic_function import polymorphic_function
 from tensorflow.python.framework import dtypes, ops, tensor_shape
 from tensorflow.python.framework import tensor as tensor_lib
 from tensorflow.python.ops import resource_variable_ops
+
+from .trust import is_trusted, trust_of
 
 # Builtins a traced function may call: none of them has a side effect or a per-process result.
 SAFE_BUILTINS = frozenset({
@@ -68,7 +77,23 @@ STATEFUL_MODULES = frozenset({
 })
 # Attributes of library modules that are such state too, when the code reads them off the module.
 STATEFUL_ATTRIBUTES = frozenset({"numpy.random"})
+# Modules of trusted packages whose functions read or write files: what they read is not in the key.
+STATEFUL_SUBMODULES = frozenset({
+    "tensorflow.python.lib.io", "tensorflow.python.platform.gfile", "tensorflow.python.saved_model.load",
+    "tensorflow.python.saved_model.loader_impl", "tensorflow.python.training.py_checkpoint_reader",
+    "tensorflow.python.training.checkpoint_utils", "keras.src.saving", "keras.src.legacy.saving",
+    "keras.src.utils.file_utils", "numpy.lib._npyio_impl", "numpy.lib.npyio", "numpy.lib.format",
+    "numpy.lib._datasource",
+})
+# Trusted functions that read files but carry their package's top-level name as __module__ (NumPy's).
+STATE_READERS = {"numpy": ("load", "loadtxt", "genfromtxt", "fromfile", "fromregex", "memmap", "save", "savez",
+                           "savez_compressed", "savetxt", "DataSource")}
 ATTRIBUTE_LOADS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+ATTRIBUTE_WRITES = frozenset({"STORE_ATTR", "DELETE_ATTR"})
+SET_OPS = frozenset({"BUILD_SET", "SET_ADD", "SET_UPDATE"})  # a set literal, a set comprehension
+SET_BUILDERS = frozenset({"set", "frozenset"})
+MAX_GUARDS = 4096  # reads noted for `graphcache misses` per trace (the key holds them all)
+GUARD_TEXT = 60  # characters of a value's repr noted
 MAX_VALUE_BYTES = 64 * 2**20  # eager tensors and arrays hashed by value up to this size
 MAX_ITEMS = 10_000  # items of one container: bigger ones would make the key cost more than it saves
 LONG_TEXT = 256  # str and bytes longer than this are keyed by their hash
@@ -76,7 +101,6 @@ SKIPPED_CLASS_ATTRS = frozenset({"__module__", "__qualname__", "__doc__", "__dic
                                  "__annotations__", "__slots__", "__firstlineno__", "__static_attributes__"})
 PLAIN_SCALARS = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis))  # exactly these types
 CONTAINERS = (tuple, list, dict, set, frozenset)
-OWN_PACKAGE = "graphcache"
 
 
 class Uncacheable(Exception):
@@ -88,40 +112,27 @@ class Uncacheable(Exception):
         self.detail = detail
 
 
-@functools.cache
-def _library_roots() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    roots = {os.path.realpath(paths[name]) for name in ("stdlib", "platstdlib", "purelib", "platlib") if name in paths}
-    roots.update(os.path.realpath(path) for path in sys.path if path.endswith(("site-packages", "dist-packages")))
-    return tuple(sorted(root + os.sep for root in roots))
-
-
-@functools.cache
 def is_library(module_name: str) -> bool:
-    """Whether a module (by name) is library code: built in, in the standard library or installed in
-    site-packages (TensorFlow, Keras, NumPy, ...), or graphcache itself. ``__main__`` and the user's own
-    modules are not."""
-    top = module_name.partition(".")[0]
-    if top in ("builtins", OWN_PACKAGE) or top in sys.builtin_module_names:
-        return True
-    module = sys.modules.get(top)
-    path = getattr(module, "__file__", None) if module is not None else None
-    if module is None or top == "__main__":
-        return False
-    if path is None:  # a namespace package or a frozen module
-        return True
-    return os.path.realpath(path).startswith(_library_roots())
+    """Whether a module's code is named rather than walked: trusted by trust.py's allowlist."""
+    return is_trusted(module_name)
 
 
-def package_version(top: str) -> str:
-    module = sys.modules.get(top)
-    version = getattr(module, "__version__", None)
-    return str(version) if version is not None else ""
+@dataclass
+class Reads:
+    """What a code object (nested code included) reads by name: globals in first-use order, the attribute
+    chains read straight off each global or closure cell (``mylib.SCALE`` -> ``("SCALE",)``), the names also
+    used otherwise (``bare``: loaded and handed on, called, compared), and where it builds a set."""
+
+    globals: list[str] = field(default_factory=list)
+    chains: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
+    bare: set[str] = field(default_factory=set)
+    builds_set: bool = False
 
 
 class Walk:
     """One walk from a function (see the module docstring): ``digest()`` is the key part, ``bindings`` the
-    capturable objects by path, ``packages`` the library packages named."""
+    capturable objects by path, ``packages`` the trusted identities named (trust.py), ``hash_order`` where
+    walked code builds a set (its iteration order is the process's string hash seed's)."""
 
     def __init__(self) -> None:
         self._hasher = xxhash.xxh3_128()
@@ -130,6 +141,8 @@ class Walk:
         self._code: dict[int, str] = {}
         self.bindings: dict[str, Any] = {}  # path -> tf.Variable or eager tensor
         self.packages: set[str] = set()
+        self.hash_order: str | None = None
+        self.guards: dict[str, str] = {}  # path -> what was keyed there, in words (stored with the entry)
 
     def digest(self) -> str:
         return self._hasher.hexdigest()
@@ -138,6 +151,11 @@ class Walk:
         data = "\x1f".join(str(part) for part in parts).encode("utf-8", "surrogatepass")
         self._hasher.update(len(data).to_bytes(8, "little"))
         self._hasher.update(data)
+
+    def guard(self, path: str, text: str) -> None:
+        """Note what a path read, for ``graphcache misses`` to say which read changed (``g:SCALE 2.0 -> 3.0``)."""
+        if len(self.guards) < MAX_GUARDS:
+            self.guards.setdefault(path or "fn", text if len(text) <= GUARD_TEXT else text[:GUARD_TEXT] + "...")
 
     def once(self, obj: Any, path: str) -> bool:
         """True the first time ``obj`` is reached; later reaches emit a reference to the first path."""
@@ -149,33 +167,40 @@ class Walk:
         self._keep.append(obj)
         return True
 
+    def trusted(self, module_name: str) -> bool:
+        """Whether code of ``module_name`` is named, not walked (trust.py); notes its identity for ``versions``."""
+        trust = trust_of(module_name)
+        if trust is None:
+            return False
+        self.packages.add(trust.identity)
+        return True
+
     # -- functions and code ------------------------------------------------------------------------------
     def function(self, fn: types.FunctionType, path: str) -> None:
         """A user function: its code, defaults, closure and the globals its code reads."""
         if not self.once(fn, path):
             return
         code = fn.__code__
-        self._emit("function", self.code_hash(code))
+        digest = self.code_hash(code)
+        self._emit("function", digest)
+        self.guard(path, f"code of {fn.__qualname__} {digest[:12]}")
         for index, default in enumerate(fn.__defaults__ or ()):
             self.value(default, _join(path, f"d{index}"))
         for name in sorted(fn.__kwdefaults__ or {}):
             self.value(fn.__kwdefaults__[name], _join(path, f"k:{name}"))
-        names, attributes = self._global_names(code, frozenset(code.co_freevars), path)
+        reads = self.reads(code, frozenset(code.co_freevars), path)
+        if reads.builds_set and self.hash_order is None:
+            self.hash_order = _where(path)
         for name, cell in zip(code.co_freevars, fn.__closure__ or (), strict=True):
             try:
                 contents = cell.cell_contents
             except ValueError:
                 self._emit("empty cell", name)
                 continue
-            self.value(contents, _join(path, f"c:{name}"))
-            if isinstance(contents, types.ModuleType):
-                self._check_attributes(contents, attributes.get(name, ()), path)
-        for name in names:
+            self.named(contents, reads, name, _join(path, f"c:{name}"))
+        for name in reads.globals:
             if name in fn.__globals__:
-                found = fn.__globals__[name]
-                self.value(found, _join(path, f"g:{name}"))
-                if isinstance(found, types.ModuleType):
-                    self._check_attributes(found, attributes.get(name, ()), path)
+                self.named(fn.__globals__[name], reads, name, _join(path, f"g:{name}"))
             elif name in vars(builtins):
                 if name not in SAFE_BUILTINS and not _is_exception(vars(builtins)[name]):
                     raise Uncacheable("builtin", f"{_where(path)} calls {name}() (a side effect, or a result of "
@@ -184,40 +209,104 @@ class Walk:
             else:
                 self._emit("unbound", name)
 
-    def _global_names(self, code: types.CodeType, enclosing: frozenset[str], path: str
-                      ) -> tuple[list[str], dict[str, set[str]]]:
-        """Names ``code`` (nested code included) loads as globals or imports, in first-use order, and the
-        attributes read straight off each; refuses code that assigns globals or variables of an enclosing scope."""
-        names: dict[str, None] = {}
-        attributes: dict[str, set[str]] = {}
+    def named(self, value: Any, reads: Reads, name: str, path: str) -> None:
+        """A global or closure cell the code reads: the value, and the attribute chains read off it. A module
+        is keyed by its chains (a user module used otherwise is refused); an object the rules cannot key, by its
+        chains when the code reads nothing else of it."""
+        chains = reads.chains.get(name, [])
+        bare = name in reads.bare or not chains
+        if isinstance(value, types.ModuleType):
+            self._module(value, path, bare)
+        elif bare or _keyable(value):
+            self.value(value, path)
+            if not isinstance(value, (types.FunctionType, type)):  # a plain value's attributes are its methods
+                return
+        else:
+            self._object_by_chains(value, path)
+        for chain in chains:
+            self.chain(value, chain, path)
+
+    def chain(self, base: Any, chain: tuple[str, ...], path: str) -> None:
+        """An attribute chain read off ``base``, resolved as the trace will resolve it: through modules and
+        objects the rules cannot key, up to the first value they can (keyed under the chain's path)."""
+        current, at = base, path
+        for attribute in chain:
+            if isinstance(current, types.ModuleType) and f"{current.__name__}.{attribute}" in STATEFUL_ATTRIBUTES:
+                raise Uncacheable("value", f"{_where(path)} reads {current.__name__}.{attribute} (process state)")
+            try:
+                current = getattr(current, attribute)
+            except Exception as exc:  # the trace would fail the same way: what it reads is keyed as missing
+                self._emit("missing attribute", at, attribute, type(exc).__name__)
+                return
+            at = f"{at}.{attribute}"
+            if isinstance(current, types.ModuleType):
+                self._module(current, at, bare=False)
+            elif _keyable(current):
+                self.value(current, at)
+                return
+            else:
+                self._object_by_chains(current, at)
+        if not isinstance(current, types.ModuleType):
+            self.value(current, at)  # an object at the end of the chain: used as a whole (refused)
+
+    def _module(self, module: types.ModuleType, path: str, bare: bool) -> None:
+        _check_stateful(module.__name__, path)
+        if self.trusted(module.__name__):
+            self._emit("module", module.__name__)
+            return
+        if bare:
+            raise Uncacheable("value", f"{_where(path)} is the module {module.__name__!r}, handed to other code (only "
+                                       "attributes read straight off a module of user code are keyed)")
+        self._emit("user module", module.__name__)
+
+    def _object_by_chains(self, obj: Any, path: str) -> None:
+        """An object read only through attribute chains (``FLAGS.scale``): keyed by its class and those chains."""
+        cls = type(obj)
+        if not self.once(obj, path):
+            return
+        self._emit("object by attributes", cls.__module__, cls.__qualname__)
+        if not self.trusted(cls.__module__):
+            self._class(cls, _join(path, "class"))
+
+    def reads(self, code: types.CodeType, enclosing: frozenset[str], path: str) -> Reads:
+        """What ``code`` (nested code included) reads by name (``Reads``); refuses code that assigns globals,
+        variables of an enclosing scope or attributes of what it reads, and notes the modules it imports."""
+        found = Reads()
+        order: dict[str, None] = {}
         for current in code_objects(code):
             own_cells = set(current.co_cellvars)
-            previous = None
-            for ins in dis.get_instructions(current):
-                if ins.opname in ATTRIBUTE_LOADS and previous is not None and previous.opname in NAMED_LOADS:
-                    attributes.setdefault(previous.argval, set()).add(ins.argval)
-                previous = ins
+            instructions = list(dis.get_instructions(current))
+            for index, ins in enumerate(instructions):
                 if ins.opname in GLOBAL_LOADS:
-                    names[ins.argval] = None
+                    order[ins.argval] = None
+                    if ins.argval in SET_BUILDERS:
+                        found.builds_set = True
+                elif ins.opname in SET_OPS and not _membership_test(instructions, index):
+                    found.builds_set = True
                 elif ins.opname in GLOBAL_STORES:
                     raise Uncacheable("writes_state", f"{_where(path)} assigns the global {ins.argval!r}")
                 elif ins.opname in CELL_STORES and ins.argval in enclosing and ins.argval not in own_cells:
                     raise Uncacheable("writes_state", f"{_where(path)} assigns {ins.argval!r} of an enclosing scope")
                 elif ins.opname == "IMPORT_NAME":
                     self._imported(str(ins.argval), path)
-        return list(names), attributes
-
-    def _check_attributes(self, module: types.ModuleType, attributes: Any, path: str) -> None:
-        for attribute in sorted(attributes):
-            if f"{module.__name__}.{attribute}" in STATEFUL_ATTRIBUTES:
-                raise Uncacheable("value", f"{_where(path)} reads {module.__name__}.{attribute} (process state)")
+                if ins.opname not in NAMED_LOADS or (ins.opname != "LOAD_GLOBAL" and ins.argval in own_cells):
+                    continue
+                chain = chain_after(instructions, index)
+                if chain is None:
+                    raise Uncacheable("writes_state", f"{_where(path)} assigns an attribute of {ins.argval!r}")
+                if chain:
+                    found.chains.setdefault(ins.argval, [])
+                    if chain not in found.chains[ins.argval]:
+                        found.chains[ins.argval].append(chain)
+                else:
+                    found.bare.add(ins.argval)
+        found.globals = list(order)
+        return found
 
     def _imported(self, name: str, path: str) -> None:
         _check_stateful(name, path)
-        if not is_library(name):
-            raise Uncacheable("value", f"{_where(path)} imports the user module {name!r}")
-        top = name.partition(".")[0]
-        self.packages.add(top)
+        if not self.trusted(name):
+            raise Uncacheable("value", f"{_where(path)} imports {name!r} while tracing (its code is not walked)")
         self._emit("import", name)
 
     def code_hash(self, code: types.CodeType) -> str:
@@ -255,9 +344,12 @@ class Walk:
         if kind in PLAIN_SCALARS:
             if kind in (str, bytes) and len(obj) > LONG_TEXT:
                 data = obj.encode("utf-8", "surrogatepass") if kind is str else obj
-                self._emit(kind.__name__, len(obj), xxhash.xxh3_128_hexdigest(data))
+                digest = xxhash.xxh3_128_hexdigest(data)
+                self._emit(kind.__name__, len(obj), digest)
+                self.guard(path, f"{kind.__name__} of {len(obj)} {digest[:12]}")
             else:
                 self._emit(kind.__name__, repr(obj))
+                self.guard(path, repr(obj))
         elif kind in CONTAINERS:
             self._container(obj, path)
         elif isinstance(obj, tuple) and _is_plain_namedtuple(kind):
@@ -265,13 +357,8 @@ class Walk:
             self._container(obj, path)
         elif isinstance(obj, types.FunctionType):
             self._reached_function(obj, path)
-        elif isinstance(obj, types.ModuleType):
-            if not is_library(obj.__name__):
-                raise Uncacheable("value", f"{_where(path)} is the user module {obj.__name__!r} (its attributes "
-                                           "are not followed)")
-            _check_stateful(obj.__name__, path)
-            self.packages.add(obj.__name__.partition(".")[0])
-            self._emit("module", obj.__name__)
+        elif isinstance(obj, types.ModuleType):  # held in a container, a default: handed on as a whole
+            self._module(obj, path, bare=True)
         elif isinstance(obj, type):
             self._class(obj, path)
         else:
@@ -296,26 +383,32 @@ class Walk:
 
     def _reached_function(self, fn: types.FunctionType, path: str) -> None:
         module = getattr(fn, "__module__", None) or ""
-        if is_library(module):
+        if self.trusted(module):
             _check_stateful(module, path)
-            self.packages.add(module.partition(".")[0])
+            _check_state_reader(fn, path)
             self._emit("library function", module, fn.__qualname__)
+            self.guard(path, f"{module}.{fn.__qualname__}")
         else:
             self.function(fn, path)
 
     def _class(self, cls: type, path: str) -> None:
-        if is_library(cls.__module__):
-            self.packages.add(cls.__module__.partition(".")[0])
+        if self.trusted(cls.__module__):
+            _check_stateful(cls.__module__, path)
+            _check_state_reader(cls, path)
             self._emit("library class", cls.__module__, cls.__qualname__)
             return
         if not self.once(cls, path):
             return
-        self._emit("class", cls.__qualname__, len(cls.__bases__))
+        self._emit("class", cls.__module__, cls.__qualname__, len(cls.__bases__))
+        self.guard(path, f"class {cls.__qualname__}")
         for index, base in enumerate(cls.__bases__):
             self._class(base, _join(path, f"b{index}"))
+        is_enum = isinstance(cls, enum.EnumMeta)
         for name, attr in vars(cls).items():
             if name in SKIPPED_CLASS_ATTRS or (name.startswith("__") and name.endswith("__")
                                                and not isinstance(attr, types.FunctionType)):
+                continue
+            if is_enum and _is_sunder(name):  # Enum's own bookkeeping: its members are keyed as attributes
                 continue
             self._emit("attr", name)
             if isinstance(attr, (staticmethod, classmethod)):
@@ -337,8 +430,10 @@ class Walk:
             self._emit("numpy", type(obj).__name__, repr(obj))
         elif isinstance(obj, np.ndarray):
             self._array(obj, path)
-        elif isinstance(obj, enum.Enum):
-            self._emit("enum", type(obj).__module__, type(obj).__qualname__, obj.name)
+        elif isinstance(obj, enum.Enum):  # its class (methods, other members) and its value, not only its name
+            self.value(type(obj), _join(path, "class"))
+            self._emit("enum", obj.name)
+            self.value(obj.value, _join(path, "value"))
         elif isinstance(obj, resource_variable_ops.BaseResourceVariable) and _is_tf_type(obj):
             self._variable(obj, path)
         elif isinstance(obj, ops.EagerTensor):
@@ -346,9 +441,10 @@ class Walk:
         elif isinstance(obj, polymorphic_function.Function):
             self._tf_function(obj, path)
         elif isinstance(obj, (types.BuiltinFunctionType, np.ufunc)) and _module_of(obj) \
-                and is_library(_module_of(obj)) and isinstance(getattr(obj, "__self__", None), (type(None),
-                                                                                               types.ModuleType)):
+                and self.trusted(_module_of(obj)) and isinstance(getattr(obj, "__self__", None), (type(None),
+                                                                                                 types.ModuleType)):
             _check_stateful(_module_of(obj), path)
+            _check_state_reader(obj, path)
             if _module_of(obj) == "builtins" and obj.__name__ not in SAFE_BUILTINS:
                 raise Uncacheable("builtin", f"{_where(path)} is the builtin {obj.__name__}()")
             self.packages.add(_module_of(obj).partition(".")[0])
@@ -362,7 +458,9 @@ class Walk:
     def _array(self, array: np.ndarray, path: str) -> None:
         if array.dtype.hasobject or array.nbytes > MAX_VALUE_BYTES:
             raise Uncacheable("value", f"{_where(path)} is a NumPy array of {array.dtype} ({array.nbytes} bytes)")
-        self._emit("ndarray", array.dtype.str, array.shape, xxhash.xxh3_128_hexdigest(np.ascontiguousarray(array)))
+        digest = xxhash.xxh3_128_hexdigest(np.ascontiguousarray(array))
+        self._emit("ndarray", array.dtype.str, array.shape, digest)
+        self.guard(path, f"ndarray {array.dtype} {array.shape} {digest[:12]}")
 
     def _variable(self, variable: Any, path: str) -> None:
         if not self.once(variable, path):
@@ -370,6 +468,7 @@ class Walk:
         self.bindings[path] = variable
         self._emit("variable", type(variable).__name__, variable.dtype.name, repr(variable.shape), variable.device,
                    variable.trainable)
+        self.guard(path, f"variable {variable.dtype.name} {variable.shape}")
 
     def _eager_tensor(self, value: Any, path: str) -> None:
         if not self.once(value, path):
@@ -382,6 +481,7 @@ class Walk:
             xxhash.xxh3_128_hexdigest(repr(data.tolist()).encode())
         self.bindings[path] = value
         self._emit("eager tensor", value.dtype.name, repr(value.shape), value.device, digest)
+        self.guard(path, f"tensor {value.dtype.name} {value.shape} {digest[:12]}")
 
     def _tf_function(self, function: Any, path: str) -> None:
         """A tf.function the code calls: its options, and its Python function walked as user code."""
@@ -401,9 +501,74 @@ class Walk:
 def _check_stateful(module_name: str, path: str) -> None:
     top = module_name.partition(".")[0].lstrip("_")  # _random, _thread, _io: the C halves
     if top in STATEFUL_MODULES or any(module_name == name or module_name.startswith(name + ".")
-                                      for name in STATEFUL_ATTRIBUTES):
+                                      for name in STATEFUL_ATTRIBUTES | STATEFUL_SUBMODULES):
         raise Uncacheable("value", f"{_where(path)} reaches {module_name} (process state: the environment, the "
                                    "clock, random numbers, files)")
+
+
+@functools.cache
+def _state_reader_ids() -> frozenset[int]:
+    """The objects of ``STATE_READERS`` (trusted functions whose ``__module__`` is their package's top, as
+    NumPy's are: the module rule cannot tell them)."""
+    found = set()
+    for module_name, names in STATE_READERS.items():
+        module = sys.modules.get(module_name)
+        for name in names:
+            obj = getattr(module, name, None)
+            if obj is not None:
+                found.add(id(obj))
+    return frozenset(found)
+
+
+def _check_state_reader(obj: Any, path: str) -> None:
+    if id(obj) in _state_reader_ids():
+        raise Uncacheable("value", f"{_where(path)} is {_module_of(obj)}.{getattr(obj, '__name__', obj)}, which "
+                                   "reads files (what it read is not in the key)")
+
+
+KEYABLE_TYPES = (types.FunctionType, type, dtypes.DType, tensor_shape.TensorShape, np.generic, np.dtype, np.ndarray,
+                 enum.Enum, resource_variable_ops.BaseResourceVariable, ops.EagerTensor, polymorphic_function.Function,
+                 types.BuiltinFunctionType, np.ufunc, types.MethodType)
+
+
+def _keyable(obj: Any) -> bool:
+    """Whether ``Walk.value`` has a rule for ``obj`` (it keys it or refuses it as a whole), rather than it being an
+    object read through its attributes."""
+    kind = type(obj)
+    return kind in PLAIN_SCALARS or kind in CONTAINERS or kind is tensor_lib.TensorSpec or \
+        isinstance(obj, KEYABLE_TYPES) or (isinstance(obj, tuple) and _is_plain_namedtuple(kind))
+
+
+def chain_after(instructions: list[dis.Instruction], index: int) -> tuple[str, ...] | None:
+    """The attribute names read straight after the load at ``index`` (``()``: none, the value is used otherwise;
+    a method load ends a chain); None when the load is the target of an attribute assignment (``mod.x = 1``,
+    ``mod.x += 1``)."""
+    chain: list[str] = []
+    position = index + 1
+    while position < len(instructions) and instructions[position].opname in ATTRIBUTE_LOADS:
+        chain.append(str(instructions[position].argval))
+        position += 1
+        if instructions[position - 1].opname == "LOAD_METHOD":
+            break
+    after = instructions[position] if position < len(instructions) else None
+    if after is not None and after.opname in ATTRIBUTE_WRITES:
+        return None
+    if not chain and after is not None and after.opname == "COPY":  # `x.a += 1`: COPY, LOAD_ATTR, ..., STORE_ATTR
+        following = instructions[position + 1:position + 8]
+        if following and following[0].opname == "LOAD_ATTR" and any(
+                ins.opname == "STORE_ATTR" and ins.argval == following[0].argval for ins in following):
+            return None
+    return tuple(chain)
+
+
+def _membership_test(instructions: list[dis.Instruction], index: int) -> bool:
+    """A set built only to test membership (``x in {a, b}``): its order is never read."""
+    after = instructions[index + 1] if index + 1 < len(instructions) else None
+    return instructions[index].opname == "BUILD_SET" and after is not None and after.opname == "CONTAINS_OP"
+
+
+def _is_sunder(name: str) -> bool:
+    return len(name) > 2 and name[0] == name[-1] == "_" and name[1] != "_" and name[-2] != "_"
 
 
 def code_objects(code: types.CodeType) -> list[types.CodeType]:

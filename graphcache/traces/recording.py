@@ -1,0 +1,155 @@
+"""What a miss's trace did that its key cannot see, recorded while it runs: a trace that did any of it is not stored.
+
+The key (walk.py, ambient.py) is computed before tracing from what the function's code names. Code can
+reach outside state by paths no static walk follows (a callable looked up in a registry, an object's
+method, a library calling back into user code), so the trace that a miss stores is also watched while it
+runs, and refused (``recorded``) when it:
+
+- **opened a file** other than Python sources and bytecode (imports, autograph's reading of the function's
+  source) and autograph's own generated modules: ``np.load``, ``open``, ``pickle.load`` of a file opened
+  inside, anything that reads data the key does not hold. Seen through PEP 578 audit events (``open``);
+- **imported a module that trust.py does not trust** (its top-level code ran inside the trace, unwalked);
+- **read an environment variable** other than those in ``ALLOWED_ENV`` (read by TensorFlow while tracing,
+  and changing no graph): ``os.environ`` is watched on the tracing thread for the trace's duration;
+- raised any **other audit event** not in ``HARMLESS_EVENTS`` (sockets, subprocesses, directory listings,
+  unpickling, ``ctypes``, ...).
+
+Cost: the audit hook is added once per process, at the first miss; it cannot be removed (PEP 578), so it
+returns at once unless this thread is recording. Python 3.11 has no cheap way to see every function a
+trace runs (a profile hook doubles tracing time; 3.12's ``sys.monitoring`` does not), which is why this
+records events, not calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from .trust import is_trusted
+
+# Audit events that read no outside state (introspection, compilation of code the key already holds).
+HARMLESS_EVENTS = frozenset({
+    "builtins.id", "object.__getattr__", "object.__setattr__", "object.__delattr__", "sys._getframe",
+    "sys._getframemodulename", "compile", "exec", "function.__new__", "code.__new__", "marshal.loads",
+    "marshal.load", "marshal.dumps", "tempfile.mkstemp", "os.chmod",
+})
+# Environment variables TensorFlow reads while tracing that change no graph.
+ALLOWED_ENV = {
+    "AUTOGRAPH_VERBOSITY": "autograph's log verbosity (tensorflow/python/autograph/utils/ag_logging.py)",
+    "TF_PS_DISABLE_ASYNC_EXECUTOR_GLOBALLY": "the parameter-server executor's mode (Keras' fit asks it)",
+}
+SOURCE_SUFFIXES = (".py", ".pyc", ".so")
+AUTOGRAPH_PREFIX = "__autograph_generated_file"
+
+_state = threading.local()
+_installed = threading.Lock()
+_hooked = False
+
+
+class Record:
+    """What one trace did (``problems()`` names what the key cannot cover)."""
+
+    def __init__(self) -> None:
+        self.opened: list[str] = []
+        self.imported: list[str] = []
+        self.environment: list[str] = []
+        self.events: list[str] = []
+
+    def problems(self) -> list[str]:
+        found = [f"opened {path}" for path in dict.fromkeys(self.opened)]
+        found += [f"imported {name} (not a trusted package: its code is not in the key)"
+                  for name in dict.fromkeys(self.imported) if not is_trusted(name)]
+        found += [f"read the environment variable {name}" for name in dict.fromkeys(self.environment)
+                  if name not in ALLOWED_ENV]
+        found += [f"raised the audit event {event}" for event in dict.fromkeys(self.events)]
+        return found
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    record = getattr(_state, "record", None)
+    if record is None or event in HARMLESS_EVENTS:
+        return
+    if event == "open":
+        path, mode = args[0], args[1]
+        if _harmless_open(path, mode):
+            return
+        record.opened.append(str(path))
+    elif event == "import":
+        record.imported.append(str(args[0]))
+    else:
+        record.events.append(event)
+
+
+def _harmless_open(path: Any, mode: Any) -> bool:
+    """Reading Python's own files (imports, source for autograph) or writing autograph's generated module."""
+    if isinstance(path, int):  # a file descriptor: opened (and recorded) before
+        return True
+    name = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else ""
+    reading = mode is None or ("r" in str(mode) and "+" not in str(mode))
+    if reading and name.endswith(SOURCE_SUFFIXES):
+        return True
+    temp = os.path.abspath(tempfile.gettempdir())
+    if os.path.abspath(name) == temp:  # tempfile opens the folder itself before autograph writes its module there
+        return True
+    return os.path.basename(name).startswith(AUTOGRAPH_PREFIX) and os.path.dirname(os.path.abspath(name)) == temp
+
+
+class _WatchedEnviron(type(os.environ)):  # type: ignore[misc]
+    """``os.environ``'s class while a trace is recorded: reads on the recording thread are noted."""
+
+    def __getitem__(self, key: Any) -> Any:
+        record = getattr(_state, "record", None)
+        if record is not None:
+            record.environment.append(str(key))
+        return super().__getitem__(key)
+
+    def __iter__(self) -> Iterator[Any]:
+        record = getattr(_state, "record", None)
+        if record is not None:
+            record.environment.append("(all of them)")
+        return super().__iter__()
+
+
+_watching = 0
+_watch_lock = threading.Lock()
+
+
+def _install() -> None:
+    global _hooked
+    with _installed:
+        if not _hooked:
+            sys.addaudithook(_audit)
+            _hooked = True
+
+
+@contextlib.contextmanager
+def record() -> Iterator[Record]:
+    """Record what the code run inside does (this thread only; nested records share the outer one)."""
+    global _watching
+    outer = getattr(_state, "record", None)
+    if outer is not None:
+        yield outer
+        return
+    _install()
+    current = Record()
+    with _watch_lock:
+        if _watching == 0 and type(os.environ) is not _WatchedEnviron:
+            os.environ.__class__ = _WatchedEnviron
+        _watching += 1
+    _state.record = current
+    try:
+        yield current
+    finally:
+        _state.record = None
+        with _watch_lock:
+            _watching -= 1
+            if _watching == 0 and type(os.environ) is _WatchedEnviron:
+                os.environ.__class__ = _WatchedEnviron.__mro__[1]
+
+
+__all__ = ["ALLOWED_ENV", "HARMLESS_EVENTS", "Record", "record"]

@@ -1,0 +1,160 @@
+"""Which code a trace key may name instead of walking it: an allowlist, every entry with its reason.
+
+A trace hit skips the function's Python, so the key must cover everything that Python read. Code the key
+*walks* (walk.py: bytecode, the globals and closures it reads, attributes read off modules and objects)
+is covered by what the walk saw. Code the key only *names* is covered by the name's identity, which holds
+only where two processes with the same identity run the same code on the same inputs. That is trusted
+here for a closed list of packages, never by location (a project folder without ``__init__.py``, a user
+package installed with ``pip install .``, a third party's package in site-packages: all are walked as user
+code):
+
+- **the Python standard library** (``sys.stdlib_module_names``, and only where the module was loaded from
+  the interpreter's own library or is built in): identity is the interpreter (``sys.version``, its cache
+  tag). Its modules of process state (the environment, clocks, random generators, files: walk.py's
+  ``STATEFUL_MODULES``) are refused, not trusted;
+- **TensorFlow, Keras, NumPy and the packages their tracing code passes through** (``TRUSTED``): identity
+  is the installed distribution: its name, its version and a hash of its ``RECORD`` (the installed file
+  list with each file's hash), so a same-version rebuild is another identity. A package's ``__version__``
+  is never read. The settings these libraries read while tracing are one keyed snapshot (ambient.py);
+  their functions that read files are refused by walk.py (``STATE_READERS``);
+- **graphcache** itself (the ``versions`` part carries its version).
+
+A module counts as a trusted package's only when it was loaded from that distribution's install folder:
+a local folder that shadows ``numpy`` is walked as user code.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import sysconfig
+from dataclasses import dataclass
+
+import xxhash
+
+OWN_PACKAGE = "graphcache"
+STDLIB = "python"  # the standard library's entry in a key's trusted identities
+
+# Import name (a top-level package, or a dotted prefix for a namespace package) -> its distribution, and why.
+TRUSTED: dict[str, tuple[str, str]] = {
+    "tensorflow": ("tensorflow", "the traced ops themselves; its settings are in ambient.py's snapshot"),
+    "keras": ("keras", "layers, losses, optimizers; floatx, epsilon, dtype policy and backend are in the snapshot"),
+    "numpy": ("numpy", "array math at trace time; its error state and print options are in the snapshot"),
+    "ml_dtypes": ("ml-dtypes", "bfloat16 and float8 dtypes that TensorFlow, Keras and NumPy share"),
+    "optree": ("optree", "Keras' tree utilities (nest), pure functions of their arguments"),
+    "absl": ("absl-py", "TensorFlow's logging and flags; a flag a trace reads is keyed by value (walk.py)"),
+    "google.protobuf": ("protobuf", "TensorFlow's attribute values and graph protos"),
+    "wrapt": ("wrapt", "TensorFlow's object proxies (tracking wrappers)"),
+    "gast": ("gast", "autograph's syntax trees"),
+    "astunparse": ("astunparse", "autograph's source generation"),
+    "opt_einsum": ("opt-einsum", "tf.einsum's contraction order"),
+    "typing_extensions": ("typing-extensions", "type annotations TensorFlow and Keras evaluate"),
+    "namex": ("namex", "Keras' API export decorators"),
+}
+
+
+@dataclass(frozen=True)
+class Trust:
+    """Why a module is trusted: ``identity`` names it in a key (a distribution name, ``python``, graphcache)."""
+
+    identity: str
+
+
+@functools.cache
+def _stdlib_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    roots = {os.path.realpath(paths[name]) for name in ("stdlib", "platstdlib") if name in paths}
+    return tuple(sorted(root + os.sep for root in roots))
+
+
+@functools.cache
+def _site_of(distribution: str) -> str | None:
+    """The folder a distribution is installed in (where its ``*.dist-info`` lies), or None when not installed."""
+    from importlib import metadata
+
+    try:
+        found = metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+    return os.path.realpath(str(found.locate_file(""))) + os.sep
+
+
+def _files(module: object) -> list[str]:
+    """Where a module was loaded from: its file, else (a namespace package) the folders of its ``__path__``."""
+    path = getattr(module, "__file__", None)
+    if path:
+        return [path]
+    return [str(entry) for entry in getattr(module, "__path__", None) or ()]
+
+
+def _loaded_under(module_name: str, root: str) -> bool:
+    module = sys.modules.get(module_name)
+    files = _files(module) if module is not None else []
+    return bool(files) and all(os.path.realpath(path).startswith(root) for path in files)
+
+
+def _trusted_prefix(module_name: str) -> str | None:
+    for prefix in TRUSTED:
+        if module_name == prefix or module_name.startswith(prefix + "."):
+            return prefix
+    return None
+
+
+@functools.cache
+def trust_of(module_name: str) -> Trust | None:
+    """The trust a module (by name, as ``__module__`` spells it) is named by, or None: walk its code."""
+    if not module_name:
+        return None
+    top = module_name.partition(".")[0]
+    if top == OWN_PACKAGE:
+        return Trust(OWN_PACKAGE)
+    if top in sys.builtin_module_names or module_name in sys.builtin_module_names:
+        return Trust(STDLIB)
+    if top in sys.stdlib_module_names:
+        module = sys.modules.get(top)
+        if module is None:  # named, not loaded (a class's __module__ after a reload): nothing proves where from
+            return None
+        files = _files(module)
+        if not files and getattr(module, "__spec__", None) is not None and module.__spec__.origin == "frozen":
+            return Trust(STDLIB)
+        return Trust(STDLIB) if any(_loaded_under(top, root) for root in _stdlib_roots()) else None
+    prefix = _trusted_prefix(module_name)
+    if prefix is None:
+        return None
+    distribution = TRUSTED[prefix][0]
+    site = _site_of(distribution)
+    if site is None:
+        return None
+    # The prefix's own module (its files) must come from the distribution's folder: a shadowing local folder does not.
+    module = sys.modules.get(prefix) or sys.modules.get(module_name)
+    if module is None or not all(os.path.realpath(path).startswith(site) for path in _files(module) or ["?"]):
+        return None
+    return Trust(distribution)
+
+
+def is_trusted(module_name: str) -> bool:
+    return trust_of(module_name) is not None
+
+
+@functools.cache
+def identity(name: str) -> str:
+    """What a trusted identity stands for in a key: the interpreter, graphcache's version, or a distribution's
+    name, version and the xxh3 of its ``RECORD`` (so a rebuild with the same version is another identity)."""
+    if name == STDLIB:
+        return f"{sys.version}|{sys.implementation.cache_tag}"
+    if name == OWN_PACKAGE:
+        from ..version import package_version
+
+        return package_version()
+    from importlib import metadata
+
+    try:
+        found = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+    record = found.read_text("RECORD") or ""
+    return f"{found.metadata['Name']}|{found.version}|{xxhash.xxh3_128_hexdigest(record.encode())}"
+
+
+__all__ = ["STDLIB", "TRUSTED", "Trust", "identity", "is_trusted", "trust_of"]
