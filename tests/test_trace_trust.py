@@ -49,7 +49,7 @@ def _fresh_trust():
 
     trust.trust_of.cache_clear()
     trust.identity.cache_clear()
-    trust._site_of.cache_clear()
+    trust._dist_info.cache_clear()
     return trust
 
 
@@ -64,7 +64,7 @@ def test_tensorflow_keras_numpy_and_the_standard_library_are_trusted_by_identity
     assert trust.trust_of("json").identity == trust.STDLIB and trust.trust_of("builtins").identity == trust.STDLIB
     assert trust.trust_of("__main__") is None
     tf_identity = trust.identity("tensorflow")
-    assert tf_identity.startswith(f"tensorflow|{tf.version.VERSION}|") and len(tf_identity.split("|")[2]) == 32
+    assert tf_identity.startswith(f"tensorflow-{tf.version.VERSION}|") and len(tf_identity.split("|")[1]) == 32
 
 
 def _install_fake_distribution(site, name: str, version: str, source: str) -> None:
@@ -128,7 +128,7 @@ def test_a_trusted_distributions_identity_is_its_record_not_its_version(tmp_path
     (site / "gc_rebuilt-1.0.dist-info" / "RECORD").write_text("gc_rebuilt/__init__.py,sha256=other,6\n")
     trust.identity.cache_clear()
     assert trust.identity("gc_rebuilt") != first  # a same-version rebuild is another identity
-    assert first.startswith("gc_rebuilt|1.0|")
+    assert first.startswith("gc_rebuilt-1.0|")
 
 
 # -- the walk follows what code reads -----------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 import sysconfig
 from dataclasses import dataclass
@@ -68,16 +69,37 @@ def _stdlib_roots() -> tuple[str, ...]:
     return tuple(sorted(root + os.sep for root in roots))
 
 
-@functools.cache
-def _site_of(distribution: str) -> str | None:
-    """The folder a distribution is installed in (where its ``*.dist-info`` lies), or None when not installed."""
-    from importlib import metadata
-
-    try:
-        found = metadata.distribution(distribution)
-    except metadata.PackageNotFoundError:
+def _site_of(import_name: str) -> str | None:
+    """The folder a loaded module or package was imported from (``site`` for ``site/google/protobuf/__init__.py``
+    and ``google.protobuf``; for ``site/six.py``), or None when it is not loaded or its folders disagree."""
+    module = sys.modules.get(import_name)
+    if module is None:
         return None
-    return os.path.realpath(str(found.locate_file(""))) + os.sep
+    file = getattr(module, "__file__", None)
+    if file:  # site/six.py, site/google/protobuf/__init__.py (a package's __path__ may be extended: TensorFlow's is)
+        levels = import_name.count(".") + (2 if hasattr(module, "__path__") else 1)
+        return os.path.realpath(file).rsplit(os.sep, levels)[0]
+    # A namespace package: each folder of its __path__ is site/<its name's folders>.
+    sites = {os.path.realpath(str(path)).rsplit(os.sep, import_name.count(".") + 1)[0]
+             for path in getattr(module, "__path__", None) or ()}
+    return sites.pop() if len(sites) == 1 else None
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+@functools.cache
+def _dist_info(site: str, distribution: str) -> str | None:
+    """The ``*.dist-info`` folder of ``distribution`` in ``site`` (PEP 427/491 name it ``<name>-<version>``, the name
+    normalized), or None. A listing of one folder: importlib.metadata's search costs ~100 ms in a process."""
+    wanted = _normalized(distribution)
+    try:
+        names = os.listdir(site)
+    except OSError:
+        return None
+    found = [name for name in names if name.endswith(".dist-info") and _normalized(name.partition("-")[0]) == wanted]
+    return os.path.join(site, found[0]) if len(found) == 1 else None  # two versions side by side: trust neither
 
 
 def _files(module: object) -> list[str]:
@@ -123,14 +145,10 @@ def trust_of(module_name: str) -> Trust | None:
     if prefix is None:
         return None
     distribution = TRUSTED[prefix][0]
-    site = _site_of(distribution)
-    if site is None:
-        return None
-    # The prefix's own module (its files) must come from the distribution's folder: a shadowing local folder does not.
-    module = sys.modules.get(prefix) or sys.modules.get(module_name)
-    if module is None or not all(os.path.realpath(path).startswith(site) for path in _files(module) or ["?"]):
-        return None
-    return Trust(distribution)
+    # The package's folder must be its distribution's: installed (a dist-info beside it) in the folder it was loaded
+    # from. A project folder that shadows the name has no dist-info of that distribution beside it.
+    site = _site_of(prefix)
+    return Trust(distribution) if site is not None and _dist_info(site, distribution) is not None else None
 
 
 def is_trusted(module_name: str) -> bool:
@@ -147,14 +165,26 @@ def identity(name: str) -> str:
         from ..version import package_version
 
         return package_version()
-    from importlib import metadata
-
-    try:
-        found = metadata.distribution(name)
-    except metadata.PackageNotFoundError:
+    info = _installed_info(name)
+    if info is None:
         return "not installed"
-    record = found.read_text("RECORD") or ""
-    return f"{found.metadata['Name']}|{found.version}|{xxhash.xxh3_128_hexdigest(record.encode())}"
+    try:
+        with open(os.path.join(info, "RECORD"), "rb") as record:
+            digest = xxhash.xxh3_128_hexdigest(record.read())
+    except OSError:
+        digest = "no RECORD"
+    return f"{os.path.basename(info).removesuffix('.dist-info')}|{digest}"
+
+
+def _installed_info(distribution: str) -> str | None:
+    """The dist-info folder of a distribution: beside its trusted package where this process loaded one, else the
+    first on ``sys.path``."""
+    for prefix, (name, _why) in TRUSTED.items():
+        site = _site_of(prefix) if name == distribution and trust_of(prefix) is not None else None
+        if site is not None:
+            return _dist_info(site, distribution)
+    site = next((path for path in sys.path if os.path.isdir(path) and _dist_info(path, distribution)), None)
+    return _dist_info(site, distribution) if site is not None else None
 
 
 __all__ = ["STDLIB", "TRUSTED", "Trust", "identity", "is_trusted", "trust_of"]

@@ -449,6 +449,11 @@ class Walk:
                 raise Uncacheable("builtin", f"{_where(path)} is the builtin {obj.__name__}()")
             self.packages.add(_module_of(obj).partition(".")[0])
             self._emit("library builtin", _module_of(obj), getattr(obj, "__qualname__", obj.__name__))
+        elif _library_export(obj) and self.trusted(_module_of(obj)):  # np.linspace: a NumPy dispatcher object
+            _check_stateful(_module_of(obj), path)
+            _check_state_reader(obj, path)
+            self._emit("library callable", _module_of(obj), obj.__qualname__)
+            self.guard(path, f"{_module_of(obj)}.{obj.__qualname__}")
         elif isinstance(obj, types.MethodType):
             raise Uncacheable("value", f"{_where(path)} is a bound method of a {type(obj.__self__).__name__}")
         else:
@@ -536,7 +541,21 @@ def _keyable(obj: Any) -> bool:
     object read through its attributes."""
     kind = type(obj)
     return kind in PLAIN_SCALARS or kind in CONTAINERS or kind is tensor_lib.TensorSpec or \
-        isinstance(obj, KEYABLE_TYPES) or (isinstance(obj, tuple) and _is_plain_namedtuple(kind))
+        isinstance(obj, KEYABLE_TYPES) or (isinstance(obj, tuple) and _is_plain_namedtuple(kind)) or \
+        _library_export(obj)
+
+
+def _library_export(obj: Any) -> bool:
+    """Whether ``obj`` is what its module exports under its qualified name (``numpy.linspace``, a dispatcher object
+    NumPy makes of a function): library API, not an instance holding state (a layer, a partial has no such name)."""
+    module = sys.modules.get(getattr(obj, "__module__", None) or "")
+    qualname = getattr(obj, "__qualname__", None)
+    if module is None or not isinstance(qualname, str) or not callable(obj):
+        return False
+    found: Any = module
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return found is obj
 
 
 def chain_after(instructions: list[dis.Instruction], index: int) -> tuple[str, ...] | None:
