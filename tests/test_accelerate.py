@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import os
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -15,7 +19,7 @@ from benchmarks import models
 from graphcache import accelerate
 from graphcache.accelerate.mode import AccelerateMode, parse_accelerate_mode
 
-from .helpers import bfloat16_unavailable, record, run_python
+from .helpers import ROOT, bfloat16_unavailable, record, run_python
 
 v1 = tf.compat.v1
 
@@ -606,3 +610,123 @@ def test_variants_are_separate_entries_hit_by_a_second_process(cache_dir):
         for sig, (key, hit) in warm[mode]["sigs"].items():
             assert hit and key == cold[mode]["sigs"][sig][0], sig
         assert warm[mode]["loss"] == pytest.approx(cold[mode]["loss"], rel=1e-6)
+
+
+# -- where the bfloat16 rewriter cannot run ------------------------------------------------------------------
+
+ONEDNN_OFF_CHILD = '''
+import json, logging, warnings
+import tensorflow as tf
+import graphcache
+from benchmarks import models
+v1 = tf.compat.v1
+messages = []
+handler = logging.Handler()
+handler.emit = lambda record: messages.append(record.getMessage())
+logging.getLogger("graphcache").addHandler(handler)
+logging.getLogger("graphcache").setLevel(logging.INFO)
+mode = {mode!r} or None
+out = {{"losses": [], "warned_before_first_step": [], "runs": []}}
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    for session in range(2):  # two sessions: the warning is given once in the process
+        t = models.tf1_training_graph()
+        config = graphcache.ExperimentalConfig(graph_compiler_cache_dir={cache_dir!r}, accelerate_train_mode=mode)
+        hook = graphcache.TellMeStepOrLossHook(step="global_step:0", total_step=8)
+        with graphcache.Session(graph=t.graph, experimental_config=config, hooks=[hook] if mode else []) as sess:
+            sess.run(t.init)
+            out["warned_before_first_step"].append(len(seen))
+            losses = [float(sess.run([t.train, t.loss], t.batch(i % 4))[1]) for i in range(8)]
+            out["losses"].append(losses)
+            acc = sess.accelerator
+            if acc is not None:
+                out["runs"].append([acc.low_precision_runs, acc.unaccelerated_runs, acc.original_runs, acc.precision])
+                out["unavailable"] = acc.unavailable
+                out["signatures"] = sorted(repr(k) for k in sess.compiled_signatures)
+    out["warnings"] = [str(w.message) for w in seen if "accelerate_train_mode" in str(w.message)]
+out["logs"] = [m for m in messages if "accelerate_train_mode" in m]
+with v1.Session(graph=t.graph) as plain:  # plain TensorFlow, float32: the reference
+    plain.run(t.init)
+    out["plain"] = [float(plain.run([t.train, t.loss], t.batch(i % 4))[1]) for i in range(8)]
+print(json.dumps(out))
+'''
+
+
+def test_fast1_with_onednn_off_warns_once_trains_at_full_precision_and_stats_say_so(tmp_path):
+    """TF_ENABLE_ONEDNN_OPTS=0 (what TensorFlow does by default on CPUs without AVX512_VNNI, AVX512_BF16,
+    AVX_VNNI or AMX), in fresh processes: fast1 warns once, before the first step, naming oneDNN and the
+    variable; it trains exactly as a float32 session does; the logs and ``graphcache stats`` say what ran."""
+    off = {"TF_ENABLE_ONEDNN_OPTS": "0"}
+    accelerated_dir, plain_dir = tmp_path / "accelerated", tmp_path / "float32"
+    accelerated_dir.mkdir()
+    plain_dir.mkdir()
+    accelerated = run_python(ONEDNN_OFF_CHILD.format(cache_dir=str(accelerated_dir), mode="fast1|step|0.5"), env=off)
+    full = run_python(ONEDNN_OFF_CHILD.format(cache_dir=str(plain_dir), mode=""), env=off)
+    [warning] = accelerated["warnings"]  # once for two sessions
+    assert accelerated["warned_before_first_step"] == [1, 1]  # given at the first session's init run
+    assert "oneDNN is off" in warning and "TF_ENABLE_ONEDNN_OPTS=0 turns it off" in warning
+    assert "set TF_ENABLE_ONEDNN_OPTS=1 in the environment before TensorFlow is imported, on a CPU with " \
+           "AVX512_BF16 or AMX" in warning
+    assert accelerated["unavailable"] in warning and full["warnings"] == []
+    assert accelerated["runs"] == [[0, 8, 0, "original"]] * 2  # no switch: nothing ran in bfloat16
+    assert not any("auto_mixed_precision" in key for key in accelerated["signatures"])  # no variant compiled
+    assert any("trains at the original precision throughout" in m for m in accelerated["logs"])
+    # the same float32 training: the same compiled graph in both processes, so the same bits, and plain
+    # TensorFlow's losses up to its own rounding (its session compiles the graph itself)
+    assert accelerated["losses"] == full["losses"]
+    np.testing.assert_allclose(accelerated["losses"][0], accelerated["plain"], rtol=1e-6)
+    stats = _stats_json(accelerated_dir)
+    assert stats["accelerate_runs"] == {"bfloat16": 0, "float16": 0, "original_unaccelerated": 16,
+                                        "original_after_switch": 0}
+    assert _stats_json(plain_dir)["accelerate_runs"] == dict.fromkeys(stats["accelerate_runs"], 0)
+    view = _stats_text(accelerated_dir)
+    assert "Training precision" in view and "original precision (rewriter unavailable here) 16" in view
+
+
+def _stats_json(cache_dir) -> dict:
+    return json.loads(_cli("stats", "--json", cache_dir=cache_dir))
+
+
+def _stats_text(cache_dir) -> str:
+    return " ".join(_cli("stats", cache_dir=cache_dir).split())  # the table's wrapping aside
+
+
+def _cli(*args: str, cache_dir) -> str:
+    proc = subprocess.run([sys.executable, "-m", "graphcache", "--cache-dir", str(cache_dir), *args],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+@pytest.mark.parametrize("variable, says", [
+    (None, "TF_ENABLE_ONEDNN_OPTS is not set and TensorFlow leaves oneDNN off by default on this CPU"),
+    ("0", "TF_ENABLE_ONEDNN_OPTS=0 turns it off"),
+    ("false", "TF_ENABLE_ONEDNN_OPTS=false turns it off"),
+    ("1", "did not turn it on although TF_ENABLE_ONEDNN_OPTS=1"),
+])
+def test_why_bfloat16_cannot_run_names_the_switch_as_it_was_set(monkeypatch, variable, says):
+    """The reason, for each way oneDNN can be off (TensorFlow's switch is given, as the session gives it)."""
+    if variable is None:
+        monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    else:
+        monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", variable)
+    bfloat16 = accelerate.Variant(accelerate.CPU_REWRITERS["fast1"], "bfloat16", "CPU")
+    why = accelerate.unavailable(bfloat16, onednn=False)
+    assert why.startswith("TensorFlow's oneDNN is off in this process") and says in why
+    assert accelerate.unavailable(bfloat16, onednn=None) is None  # TensorFlow does not say: the rewriter tries
+    float16 = accelerate.Variant(accelerate.CPU_REWRITERS["fast"], "float16", "CPU")
+    assert accelerate.unavailable(float16, onednn=False) is None  # emulated in float32: it needs no oneDNN
+    assert accelerate.unavailable(accelerate.Variant(accelerate.GPU_REWRITER, "float16", "GPU"), False) is None
+
+
+def test_why_bfloat16_cannot_run_on_a_cpu_whose_onednn_has_none(monkeypatch):
+    """oneDNN on but no bfloat16 in it (TensorFlow asks for AVX512F or AVX_NE_CONVERT): this machine has it,
+    so TensorFlow's answer is replaced by the one such a CPU gives; the reason is what is checked."""
+    from graphcache.accelerate import support
+
+    bfloat16 = accelerate.Variant(accelerate.CPU_REWRITERS["fast1"], "bfloat16", "CPU")
+    monkeypatch.setattr(support, "bfloat16_supported_by_onednn", lambda: False)
+    assert "oneDNN is on but has no bfloat16 on this CPU" in accelerate.unavailable(bfloat16, onednn=True)
+    monkeypatch.setattr(support, "bfloat16_supported_by_onednn", lambda: True)
+    assert accelerate.unavailable(bfloat16, onednn=True) is None
