@@ -117,9 +117,10 @@ class _CachingSession:
         self._placement = Placement(self._config, self.graph, self.list_devices)  # this session's devices
         mode = getattr(experimental_config, "accelerate", None)
         self._accelerator = None
-        if mode is not None:  # the rewriter it needs may be off here (oneDNN): the switch as the identity has it
+        if mode is not None:  # its rewriter may not run here (oneDNN): it asks, and counts what ran
+            cache = self._cache  # not self: a session its accelerator refers to would only go with the cyclic GC
             self._accelerator = accelerate.Accelerator(mode, config, onednn=onednn_enabled(),
-                                                       count=lambda **deltas: self._cache.get().count(**deltas))
+                                                       count=lambda **deltas: cache.get().count(**deltas))
         if self._accelerator is not None and self._plain:
             warn_once("accelerate_plain", f"graphcache: accelerate_train_mode={mode.text!r} is ignored: "
                                           "GRAPHCACHE_DISABLE=1 runs this session the plain TensorFlow way")
