@@ -83,8 +83,11 @@ def main() -> None:
                     break
             accelerator = sess._tf_sess().accelerator
     print(f"converged: step {step}, loss (mean of the last 20 steps) {np.mean(recent):.5f}")
-    print(f"{accelerator.low_precision_runs} steps in {accelerator.variant.dtype}, then "
-          f"{accelerator.original_runs} in float32 (switched at step {accelerator.switch_step})")
+    if accelerator.unavailable:  # fast1 where oneDNN has no bfloat16 (docs/accelerate.md, Per CPU kind)
+        print(f"{accelerator.unaccelerated_runs} steps in float32: {accelerator.unavailable}")
+    else:
+        print(f"{accelerator.low_precision_runs} steps in {accelerator.precision}, then "
+              f"{accelerator.original_runs} in float32 (switched at step {accelerator.switch_step})")
 
 
 if __name__ == "__main__":

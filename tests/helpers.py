@@ -12,6 +12,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def bfloat16_unavailable() -> str | None:
+    """Why Grappler's CPU bfloat16 rewriter (accelerate_train_mode ``fast1``) cannot run in this process, asked
+    as a graphcache.Session asks it (TensorFlow's oneDNN switch as it resolved it, and oneDNN's bfloat16 on this
+    CPU); None where it can. Child processes inherit the environment that decides it (TF_ENABLE_ONEDNN_OPTS)."""
+    from graphcache import accelerate
+    from graphcache.compile.identity import onednn_enabled
+
+    variant = accelerate.Variant(accelerate.CPU_REWRITERS["fast1"], "bfloat16", "CPU")
+    return accelerate.unavailable(variant, onednn_enabled())
+
+
 def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float = 300) -> dict:
     """Run ``code`` in a fresh Python process; it must print one JSON object as its last stdout line."""
     full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT), **(env or {})}

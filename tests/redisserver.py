@@ -16,6 +16,7 @@ import tempfile
 import time
 
 SEARCH = ("/usr/bin/redis-server", "/usr/sbin/redis-server", "/usr/local/bin/redis-server")
+START_TIMEOUT = 60.0  # seconds a starting (or killed) server may take: an upper bound, not a wait
 
 
 def redis_server_binary() -> str | None:
@@ -69,14 +70,16 @@ class RedisServer:
         if self.maxmemory:
             args += ["--maxmemory", self.maxmemory, "--maxmemory-policy", "noeviction"]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
+        # Polled until it answers (or exits): the bound only matters for a server that never does, so it is
+        # generous enough for a loaded machine, where 10 s could pass before a starting process got the CPU.
+        deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"redis-server exited with {self.proc.returncode}")
             if self._answers():
                 return
             time.sleep(0.02)
-        raise RuntimeError("redis-server did not answer within 10 s")
+        raise RuntimeError(f"redis-server did not answer within {START_TIMEOUT} s")
 
     def _answers(self) -> bool:
         try:
@@ -90,7 +93,7 @@ class RedisServer:
         """Stop the server (SIGKILL: nothing to flush, and it stops at once)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
+            self.proc.wait(START_TIMEOUT)  # SIGKILL cannot be ignored: this only waits for the kernel
         self.proc = None
 
     def restart(self) -> None:

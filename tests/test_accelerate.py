@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import os
+import subprocess
+import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -13,9 +19,21 @@ from benchmarks import models
 from graphcache import accelerate
 from graphcache.accelerate.mode import AccelerateMode, parse_accelerate_mode
 
-from .helpers import run_python
+from .helpers import ROOT, bfloat16_unavailable, record, run_python
 
 v1 = tf.compat.v1
+
+# Whether Grappler's CPU bfloat16 rewriter can run in this process, asked as a session asks it: TensorFlow's
+# oneDNN switch as it resolved it (on by default only on some x86 CPUs; TF_ENABLE_ONEDNN_OPTS decides where
+# set) and oneDNN's bfloat16 on this CPU. None where it can, else the reason. Tests of fast1's own output
+# check what must hold in either case; tests of the switch itself use a type whose rewriter runs here
+# (``SWITCH_TYPE``: fast1 where bfloat16 runs, else fast, float16 emulated on any CPU).
+BFLOAT16_UNAVAILABLE = bfloat16_unavailable()
+SWITCH_TYPE = "fast" if BFLOAT16_UNAVAILABLE else "fast1"
+SWITCH_DTYPE = {"fast": "float16", "fast1": "bfloat16"}[SWITCH_TYPE]
+SWITCH_REWRITER = accelerate.CPU_REWRITERS[SWITCH_TYPE]
+record("accelerate (fast1 here)", f"trains at the original precision: {BFLOAT16_UNAVAILABLE}; the switch tests "
+       "use fast (float16)" if BFLOAT16_UNAVAILABLE else "bfloat16 (oneDNN on, with bfloat16 on this CPU)")
 
 
 # -- the mode string ---------------------------------------------------------------------------------------
@@ -195,7 +213,7 @@ def _reference_step(graph, state, train, feed):
 def test_step_split_switches_at_floor_total_times_ratio_and_state_carries_over(cache_dir, caplog, resource):
     t = models.tf1_training_graph(resource_variables=resource)
     config = graphcache.ExperimentalConfig(graph_compiler_cache_dir=str(cache_dir),
-                                           accelerate_train_mode="fast1|step|0.9")
+                                           accelerate_train_mode=f"{SWITCH_TYPE}|step|0.9")
     hook = graphcache.TellMeStepOrLossHook(step="global_step:0", total_step=100)
     caplog.set_level(logging.INFO, logger="graphcache")
     with graphcache.Session(graph=t.graph, experimental_config=config, hooks=[hook]) as sess:
@@ -207,7 +225,7 @@ def test_step_split_switches_at_floor_total_times_ratio_and_state_carries_over(c
         assert accelerator.accelerated and accelerator.low_precision_runs == 90 and accelerator.original_runs == 0
         before = _variables(sess, t.graph)  # an evaluation signature: original precision, not a training run
         assert before["global_step"] == 90
-        assert not np.allclose(before["w1"], initial["w1"])  # trained, in bfloat16
+        assert not np.allclose(before["w1"], initial["w1"])  # trained, in reduced precision
         sess.run(t.train, t.batch(90 % 4))  # starts at step 90 = floor(100 x 0.9): the first fp32 run
         after = _variables(sess, t.graph)
         assert not accelerator.accelerated and accelerator.switch_step == 90
@@ -217,15 +235,15 @@ def test_step_split_switches_at_floor_total_times_ratio_and_state_carries_over(c
         assert sess.run(t.global_step) == 100
         assert (accelerator.low_precision_runs, accelerator.original_runs) == (90, 10)
         variants = {key[-1] if len(key) == 4 else "" for key in sess.compiled_signatures}
-        assert variants == {"", "auto_mixed_precision_onednn_bfloat16"}
+        assert variants == {"", SWITCH_REWRITER}
     # Variables, Adam slots, beta powers and the global step continued: the first fp32 run computed exactly
-    # what a plain fp32 session computes from the state the bfloat16 phase left.
+    # what a plain fp32 session computes from the state the reduced-precision phase left.
     expected = _reference_step(t.graph, before, t.train, t.batch(90 % 4))
     assert set(expected) == set(after) and any("Adam" in name for name in after)
     for name in expected:
         np.testing.assert_allclose(after[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
     switches = [r.getMessage() for r in caplog.records if "original precision from now on" in r.getMessage()]
-    assert len(switches) == 1 and "step 90 >= 90" in switches[0] and "90 run(s) in bfloat16" in switches[0]
+    assert len(switches) == 1 and "step 90 >= 90" in switches[0] and f"90 run(s) in {SWITCH_DTYPE}" in switches[0]
 
 
 def test_loss_split_switches_after_the_first_loss_at_or_below_final_times_ratio(cache_dir, caplog):
@@ -234,7 +252,8 @@ def test_loss_split_switches_after_the_first_loss_at_or_below_final_times_ratio(
         plain.run(t.init)
         losses = [plain.run([t.train, t.loss], t.batch(0))[1] for _ in range(12)]
     final_loss = float(losses[-1]) / 1.05
-    config = graphcache.ExperimentalConfig(graph_compiler_cache_dir=str(cache_dir), accelerate_train_mode="fast1|loss")
+    config = graphcache.ExperimentalConfig(graph_compiler_cache_dir=str(cache_dir),
+                                           accelerate_train_mode=f"{SWITCH_TYPE}|loss")
     hook = graphcache.TellMeStepOrLossHook(loss=t.loss, final_loss=final_loss)
     caplog.set_level(logging.INFO, logger="graphcache")
     with graphcache.Session(graph=t.graph, experimental_config=config, hooks=[hook]) as sess:
@@ -247,7 +266,7 @@ def test_loss_split_switches_after_the_first_loss_at_or_below_final_times_ratio(
         weights = sess.run(t.weight)
         step = sess.run(t.global_step)
     first = next(i for i, loss in enumerate(reported) if loss != 0 and loss <= final_loss * 1.05)
-    assert sess.accelerator.low_precision_runs == first + 1  # runs 0..first in bfloat16, then fp32
+    assert sess.accelerator.low_precision_runs == first + 1  # runs 0..first in reduced precision, then fp32
     assert sess.accelerator.original_runs == 40 - first - 1 > 0
     assert low[first] == low[-1] == first + 1
     assert sess.accelerator.switch_loss == pytest.approx(reported[first])
@@ -260,7 +279,7 @@ def test_loss_split_switches_after_the_first_loss_at_or_below_final_times_ratio(
 def test_monitored_session_through_session_creator(cache_dir):
     t = models.tf1_training_graph()
     config = graphcache.ExperimentalConfig(graph_compiler_cache_dir=str(cache_dir),
-                                           accelerate_train_mode="fast1|step|0.5")
+                                           accelerate_train_mode=f"{SWITCH_TYPE}|step|0.5")
     hook = graphcache.TellMeStepOrLossHook(step="global_step:0", total_step=20)
     with t.graph.as_default():
         creator = graphcache.SessionCreator(scaffold=None, config=None, experimental_config=config)
@@ -325,6 +344,15 @@ def test_hooks_run_like_monitored_session(cache):
 
 # -- what the variants are ---------------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def _no_warning():
+    """What ``pytest.warns`` gives where no warning is expected: the list of those given (checked empty)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield caught
+    assert not [str(w.message) for w in caught if "accelerate_train_mode" in str(w.message)]
+
+
 def _scope_ops(sess, variant):
     scope = next(imported.scope for key, imported in sess.compiled_signatures.items()
                  if len(key) == 4 and key[3] == variant)
@@ -340,9 +368,23 @@ def _train(config, hook, t, steps):
 
 
 def test_fast1_variant_runs_matmuls_in_bfloat16(cache_dir):
+    """Where the bfloat16 rewriter runs, the variant's MatMuls are bfloat16; where it cannot (oneDNN off, or no
+    bfloat16 in oneDNN on this CPU), no variant is compiled and every training run is a float32 one."""
     t = models.tf1_training_graph()
     config = graphcache.ExperimentalConfig(graph_compiler_cache_dir=str(cache_dir), accelerate_train_mode="fast1|step")
-    sess = _train(config, graphcache.TellMeStepOrLossHook(step="global_step:0", total_step=10), t, 3)
+    with pytest.warns(graphcache.GraphCacheWarning) if BFLOAT16_UNAVAILABLE else _no_warning() as caught:
+        sess = _train(config, graphcache.TellMeStepOrLossHook(step="global_step:0", total_step=10), t, 3)
+    accelerator = sess.accelerator
+    if BFLOAT16_UNAVAILABLE:
+        assert accelerator.unavailable == BFLOAT16_UNAVAILABLE and accelerator.precision == "original"
+        assert (accelerator.low_precision_runs, accelerator.unaccelerated_runs, accelerator.original_runs) == (0, 3, 0)
+        assert all(len(key) == 3 for key in sess.compiled_signatures)  # no variant compiled
+        matmuls = [op for op in sess._run_graph.get_operations() if op.type == "MatMul"]
+        assert len(matmuls) == 5 and all(op.get_attr("T") == tf.float32 for op in matmuls)
+        said = [str(w.message) for w in caught if "accelerate_train_mode" in str(w.message)]
+        assert len(said) == 1 and "oneDNN" in said[0] and "TF_ENABLE_ONEDNN_OPTS=1" in said[0]
+        return
+    assert accelerator.unavailable is None and accelerator.precision == "bfloat16"
     matmuls = [op for op in _scope_ops(sess, "auto_mixed_precision_onednn_bfloat16") if op.type == "MatMul"]
     assert len(matmuls) == 5  # two forward, three gradient MatMuls (none towards the input x)
     assert all(op.get_attr("T") == tf.bfloat16 for op in matmuls)
@@ -536,7 +578,8 @@ for mode in ("fast1|step|0.5", "fast|step|0.5"):
             sess.run(t.train, t.batch(i))
         loss = float(sess.run(t.loss, t.batch(0)))
     out[mode] = {{"sigs": {{repr(k): [v.key, v.hit] for k, v in sess.compiled_signatures.items()}},
-                 "loss": loss, "runs": [sess.accelerator.low_precision_runs, sess.accelerator.original_runs]}}
+                 "loss": loss, "runs": [sess.accelerator.low_precision_runs, sess.accelerator.original_runs,
+                                        sess.accelerator.unaccelerated_runs]}}
 print(json.dumps(out))
 '''
 
@@ -546,8 +589,15 @@ def test_variants_are_separate_entries_hit_by_a_second_process(cache_dir):
     warm = run_python(CACHED_CHILD.format(d=str(cache_dir)))
     for mode, rewriter in (("fast1|step|0.5", "auto_mixed_precision_onednn_bfloat16"),
                            ("fast|step|0.5", "auto_mixed_precision_cpu")):
-        assert cold[mode]["runs"] == warm[mode]["runs"] == [3, 3]
         train = [k for k in cold[mode]["sigs"] if "'train'" in k]
+        if mode.startswith("fast1") and BFLOAT16_UNAVAILABLE:  # no bfloat16 here: one float32 entry, compiled then hit
+            assert cold[mode]["runs"] == warm[mode]["runs"] == [0, 0, 6]
+            assert len(train) == 1 and rewriter not in train[0]
+            assert not any(hit for _, hit in cold[mode]["sigs"].values())
+            assert warm[mode]["sigs"] == {sig: [key, True] for sig, (key, _) in cold[mode]["sigs"].items()}
+            assert warm[mode]["loss"] == cold[mode]["loss"]
+            continue
+        assert cold[mode]["runs"] == warm[mode]["runs"] == [3, 3, 0]
         assert len(train) == 2 and sum(rewriter in k for k in train) == 1
         low, fp32 = sorted(train, key=lambda k: rewriter not in k)
         assert cold[mode]["sigs"][low][0] != cold[mode]["sigs"][fp32][0]
@@ -560,3 +610,123 @@ def test_variants_are_separate_entries_hit_by_a_second_process(cache_dir):
         for sig, (key, hit) in warm[mode]["sigs"].items():
             assert hit and key == cold[mode]["sigs"][sig][0], sig
         assert warm[mode]["loss"] == pytest.approx(cold[mode]["loss"], rel=1e-6)
+
+
+# -- where the bfloat16 rewriter cannot run ------------------------------------------------------------------
+
+ONEDNN_OFF_CHILD = '''
+import json, logging, warnings
+import tensorflow as tf
+import graphcache
+from benchmarks import models
+v1 = tf.compat.v1
+messages = []
+handler = logging.Handler()
+handler.emit = lambda record: messages.append(record.getMessage())
+logging.getLogger("graphcache").addHandler(handler)
+logging.getLogger("graphcache").setLevel(logging.INFO)
+mode = {mode!r} or None
+out = {{"losses": [], "warned_before_first_step": [], "runs": []}}
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    for session in range(2):  # two sessions: the warning is given once in the process
+        t = models.tf1_training_graph()
+        config = graphcache.ExperimentalConfig(graph_compiler_cache_dir={cache_dir!r}, accelerate_train_mode=mode)
+        hook = graphcache.TellMeStepOrLossHook(step="global_step:0", total_step=8)
+        with graphcache.Session(graph=t.graph, experimental_config=config, hooks=[hook] if mode else []) as sess:
+            sess.run(t.init)
+            out["warned_before_first_step"].append(len(seen))
+            losses = [float(sess.run([t.train, t.loss], t.batch(i % 4))[1]) for i in range(8)]
+            out["losses"].append(losses)
+            acc = sess.accelerator
+            if acc is not None:
+                out["runs"].append([acc.low_precision_runs, acc.unaccelerated_runs, acc.original_runs, acc.precision])
+                out["unavailable"] = acc.unavailable
+                out["signatures"] = sorted(repr(k) for k in sess.compiled_signatures)
+    out["warnings"] = [str(w.message) for w in seen if "accelerate_train_mode" in str(w.message)]
+out["logs"] = [m for m in messages if "accelerate_train_mode" in m]
+with v1.Session(graph=t.graph) as plain:  # plain TensorFlow, float32: the reference
+    plain.run(t.init)
+    out["plain"] = [float(plain.run([t.train, t.loss], t.batch(i % 4))[1]) for i in range(8)]
+print(json.dumps(out))
+'''
+
+
+def test_fast1_with_onednn_off_warns_once_trains_at_full_precision_and_stats_say_so(tmp_path):
+    """TF_ENABLE_ONEDNN_OPTS=0 (what TensorFlow does by default on CPUs without AVX512_VNNI, AVX512_BF16,
+    AVX_VNNI or AMX), in fresh processes: fast1 warns once, before the first step, naming oneDNN and the
+    variable; it trains exactly as a float32 session does; the logs and ``graphcache stats`` say what ran."""
+    off = {"TF_ENABLE_ONEDNN_OPTS": "0"}
+    accelerated_dir, plain_dir = tmp_path / "accelerated", tmp_path / "float32"
+    accelerated_dir.mkdir()
+    plain_dir.mkdir()
+    accelerated = run_python(ONEDNN_OFF_CHILD.format(cache_dir=str(accelerated_dir), mode="fast1|step|0.5"), env=off)
+    full = run_python(ONEDNN_OFF_CHILD.format(cache_dir=str(plain_dir), mode=""), env=off)
+    [warning] = accelerated["warnings"]  # once for two sessions
+    assert accelerated["warned_before_first_step"] == [1, 1]  # given at the first session's init run
+    assert "oneDNN is off" in warning and "TF_ENABLE_ONEDNN_OPTS=0 turns it off" in warning
+    assert "set TF_ENABLE_ONEDNN_OPTS=1 in the environment before TensorFlow is imported, on a CPU with " \
+           "AVX512_BF16 or AMX" in warning
+    assert accelerated["unavailable"] in warning and full["warnings"] == []
+    assert accelerated["runs"] == [[0, 8, 0, "original"]] * 2  # no switch: nothing ran in bfloat16
+    assert not any("auto_mixed_precision" in key for key in accelerated["signatures"])  # no variant compiled
+    assert any("trains at the original precision throughout" in m for m in accelerated["logs"])
+    # the same float32 training: the same compiled graph in both processes, so the same bits, and plain
+    # TensorFlow's losses up to its own rounding (its session compiles the graph itself)
+    assert accelerated["losses"] == full["losses"]
+    np.testing.assert_allclose(accelerated["losses"][0], accelerated["plain"], rtol=1e-6)
+    stats = _stats_json(accelerated_dir)
+    assert stats["accelerate_runs"] == {"bfloat16": 0, "float16": 0, "original_unaccelerated": 16,
+                                        "original_after_switch": 0}
+    assert _stats_json(plain_dir)["accelerate_runs"] == dict.fromkeys(stats["accelerate_runs"], 0)
+    view = _stats_text(accelerated_dir)
+    assert "Training precision" in view and "original precision (rewriter unavailable here) 16" in view
+
+
+def _stats_json(cache_dir) -> dict:
+    return json.loads(_cli("stats", "--json", cache_dir=cache_dir))
+
+
+def _stats_text(cache_dir) -> str:
+    return " ".join(_cli("stats", cache_dir=cache_dir).split())  # the table's wrapping aside
+
+
+def _cli(*args: str, cache_dir) -> str:
+    proc = subprocess.run([sys.executable, "-m", "graphcache", "--cache-dir", str(cache_dir), *args],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+@pytest.mark.parametrize("variable, says", [
+    (None, "TF_ENABLE_ONEDNN_OPTS is not set and TensorFlow leaves oneDNN off by default on this CPU"),
+    ("0", "TF_ENABLE_ONEDNN_OPTS=0 turns it off"),
+    ("false", "TF_ENABLE_ONEDNN_OPTS=false turns it off"),
+    ("1", "did not turn it on although TF_ENABLE_ONEDNN_OPTS=1"),
+])
+def test_why_bfloat16_cannot_run_names_the_switch_as_it_was_set(monkeypatch, variable, says):
+    """The reason, for each way oneDNN can be off (TensorFlow's switch is given, as the session gives it)."""
+    if variable is None:
+        monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    else:
+        monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", variable)
+    bfloat16 = accelerate.Variant(accelerate.CPU_REWRITERS["fast1"], "bfloat16", "CPU")
+    why = accelerate.unavailable(bfloat16, onednn=False)
+    assert why.startswith("TensorFlow's oneDNN is off in this process") and says in why
+    assert accelerate.unavailable(bfloat16, onednn=None) is None  # TensorFlow does not say: the rewriter tries
+    float16 = accelerate.Variant(accelerate.CPU_REWRITERS["fast"], "float16", "CPU")
+    assert accelerate.unavailable(float16, onednn=False) is None  # emulated in float32: it needs no oneDNN
+    assert accelerate.unavailable(accelerate.Variant(accelerate.GPU_REWRITER, "float16", "GPU"), False) is None
+
+
+def test_why_bfloat16_cannot_run_on_a_cpu_whose_onednn_has_none(monkeypatch):
+    """oneDNN on but no bfloat16 in it (TensorFlow asks for AVX512F or AVX_NE_CONVERT): this machine has it,
+    so TensorFlow's answer is replaced by the one such a CPU gives; the reason is what is checked."""
+    from graphcache.accelerate import support
+
+    bfloat16 = accelerate.Variant(accelerate.CPU_REWRITERS["fast1"], "bfloat16", "CPU")
+    monkeypatch.setattr(support, "bfloat16_supported_by_onednn", lambda: False)
+    assert "oneDNN is on but has no bfloat16 on this CPU" in accelerate.unavailable(bfloat16, onednn=True)
+    monkeypatch.setattr(support, "bfloat16_supported_by_onednn", lambda: True)
+    assert accelerate.unavailable(bfloat16, onednn=True) is None

@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,8 +31,10 @@ ROOT = docs_runner.ROOT
 PAGES = docs_runner.pages()
 README_MAX_LINES = 250
 PAGE_TIMEOUT = 600
+SERVER_MARGIN = 120  # seconds a page may spend on its S3 server's start and stop, beside its runner
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 BUCKET = "my-bucket"  # the name the examples use; each page that needs s3 gets its own server
+REMOTE_TIMEOUT = 120  # seconds, for the pages that use the S3 server (run_page says why)
 JOBS = min(2, os.cpu_count() or 1)  # pages at a time
 
 TALLY: dict[str, dict] = {}
@@ -89,6 +92,10 @@ def run_page(path: Path, tmp_path: Path, shared_files: Path, base_env: dict[str,
         server = S3Server()
         server.client().create_bucket(Bucket=BUCKET)
         env.update(s3_env(server.endpoint))
+        # The remote timeout is for hung servers, which no page shows. Its default (5 s) covers a process's first
+        # call, which imports s3fs and botocore, and this server answers from threads of the test process: on a
+        # loaded machine that ran past 5 s, and the page's remote hit was a timed-out miss.
+        env["GRAPHCACHE_REMOTE_TIMEOUT"] = str(REMOTE_TIMEOUT)
     report = tmp_path / "report.jsonl"
     try:
         proc = subprocess.run([sys.executable, str(ROOT / "tests" / "docs_runner.py"), str(path), str(report)],
@@ -108,16 +115,32 @@ def expected_cost(path: Path) -> int:
     return heavy + any(block.kind == "python" for block in page.blocks) + ("s3" in page.needs)
 
 
+@dataclass(frozen=True)
+class PageJob:
+    """A page queued for the pool: ``started`` is set when a worker takes it, ``future`` holds its PageRun."""
+
+    started: threading.Event
+    future: Future
+
+
+def _start_and_run(started: threading.Event, *args) -> PageRun:
+    started.set()
+    return run_page(*args)
+
+
 @pytest.fixture(scope="session")
-def page_runs(request, tmp_path_factory, shared_files) -> Iterator[dict[Path, Future]]:
+def page_runs(request, tmp_path_factory, shared_files) -> Iterator[dict[Path, PageJob]]:
     """Every selected page, JOBS at a time (most of a page is TensorFlow's import, one core's work)."""
     selected = [item.callspec.params["path"] for item in request.session.items
                 if getattr(item, "originalname", "") == "test_examples_run"]
     base_env = dict(os.environ)  # read here: the tests running meanwhile change os.environ (conftest.py)
     pool = ThreadPoolExecutor(JOBS)
-    futures = {path: pool.submit(run_page, path, tmp_path_factory.mktemp("docs-page"), shared_files, base_env)
-               for path in sorted(selected, key=expected_cost, reverse=True)}
-    yield futures
+    jobs = {}
+    for path in sorted(selected, key=expected_cost, reverse=True):
+        started = threading.Event()
+        jobs[path] = PageJob(started, pool.submit(_start_and_run, started, path, tmp_path_factory.mktemp("docs-page"),
+                                                  shared_files, base_env))
+    yield jobs
     pool.shutdown(cancel_futures=True)
 
 
@@ -137,8 +160,13 @@ def tally(page: docs_runner.Page, rows: list[dict]) -> None:
 
 
 @pytest.mark.parametrize("path", PAGES, ids=page_id)
-def test_examples_run(path: Path, page_runs: dict[Path, Future]) -> None:
-    run = page_runs[path].result(timeout=PAGE_TIMEOUT * 2)
+def test_examples_run(path: Path, page_runs: dict[Path, PageJob]) -> None:
+    # A page's own time is bounded from its start (its runner's timeout, PAGE_TIMEOUT, plus its S3 server's
+    # start and stop); before that it waits for the pages ahead of it in the queue, each bounded the same way,
+    # however long a loaded machine makes them. A fixed wait from the test's start counted that queue too.
+    job = page_runs[path]
+    assert job.started.wait(len(page_runs) * (PAGE_TIMEOUT + SERVER_MARGIN)), f"{page_id(path)} never started"
+    run = job.future.result(timeout=PAGE_TIMEOUT + SERVER_MARGIN)
     tally(run.page, run.rows)
     failed = [row for row in run.rows if row["error"]]
     if failed:

@@ -6,14 +6,16 @@ variant until the split is reached; a ``TellMeStepOrLossHook`` says when. Both v
 imported into the session's one run graph, whose variables have pinned shared names, so variables,
 optimizer slots and the global step carry across the switch: nothing is re-initialized.
 
-One module per job, importing one way (the controller imports mode, variants, training and loss_scaling;
-variants imports loss_scaling for a signature's variant; the hook imports the controller; nothing imports
-back):
+One module per job, importing one way (the controller imports mode, variants, support, training and
+loss_scaling; support imports variants; variants imports loss_scaling for a signature's variant; the hook
+imports the controller; nothing imports back):
 
 ==============  ===========================================================================================
 mode            the ``"TYPE|SPLIT|RATIO"`` parser (``AccelerateMode``), TensorFlow-free, used by config.py
 variants        which rewriter a mode turns on, CPU or GPU (``Variant``), the compile options it makes, a
                 signature's variant (``variant_signature``: loss scaling added where it applies)
+support         whether a variant's rewriter can run in this process (``unavailable``: oneDNN off, no bfloat16
+                in oneDNN on this CPU), and what to set
 training        which signatures train (an optimizer update or a ``tf.gradients`` scope in their fan-in)
 loss_scaling    the float16 variant's dynamic loss scaling: the GraphDef rewrite and ``LossScale``
 controller      ``Accelerator``: one session's state, the precision of each run, the one-way switch
@@ -45,6 +47,10 @@ _LAZY = {
     "variant_for": "variants",
     "variant_options": "variants",
     "variant_signature": "variants",
+    "BFLOAT16_FIX": "support",
+    "ONEDNN_VARIABLE": "support",
+    "bfloat16_supported_by_onednn": "support",
+    "unavailable": "support",
     "fan_in_trains": "training",
     "fetch_op_names": "training",
     "ALL_FINITE_FETCH": "loss_scaling",
@@ -83,6 +89,7 @@ if TYPE_CHECKING:
         AccelerateMode,
         parse_accelerate_mode,
     )
+    from .support import BFLOAT16_FIX, ONEDNN_VARIABLE, bfloat16_supported_by_onednn, unavailable
     from .training import fan_in_trains, fetch_op_names
     from .variants import (
         CPU_REWRITERS,
@@ -115,6 +122,7 @@ __all__ = [
     "ACCELERATE_SPLITS",
     "ACCELERATE_TYPES",
     "ALL_FINITE_FETCH",
+    "BFLOAT16_FIX",
     "AccelerateMode",
     "Accelerator",
     "CPU_REWRITERS",
@@ -125,17 +133,20 @@ __all__ = [
     "LOSS_SCALE_SCOPE",
     "LossScale",
     "MAX_LOSS_SCALE",
+    "ONEDNN_VARIABLE",
     "RATIO_RANGES",
     "TellMeStepOrLossHook",
     "Variant",
     "accelerator_of",
     "add_loss_scaling",
+    "bfloat16_supported_by_onednn",
     "fan_in_trains",
     "fetch_op_names",
     "gpu_in_use",
     "low_precision_casts",
     "parse_accelerate_mode",
     "readable_tensor",
+    "unavailable",
     "variant_for",
     "variant_options",
     "variant_signature",

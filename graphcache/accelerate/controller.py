@@ -12,16 +12,27 @@ run trains and at which precision:
 
 The switch is one-way, happens once and is logged (INFO, logger "graphcache"). The controller also keeps
 the float16 variant's ``LossScale``, which the session feeds and updates with each scaled run.
+
+Where the variant's rewriter cannot run in this process (support.py: ``fast1`` with oneDNN off, or on a CPU
+without bfloat16 in oneDNN), the controller finds out before the first training run (when the hook first
+reports, else at that run), warns once naming the reason and what to set, and trains at the original
+precision throughout: no variant is compiled, nothing switches, and the runs count as ``unaccelerated_runs``.
+Every training run is also counted, through the session's cache, by the precision it actually ran at
+(core/counters.py ``ACCELERATE_RUNS``: what ``graphcache stats`` shows).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any, Protocol
 
+from ..core.counters import ACCELERATE_PREFIX
+from ..core.failures import warn_once
 from .loss_scaling import LossScale
 from .mode import AccelerateMode
+from .support import BFLOAT16_FIX, unavailable
 from .training import fan_in_trains, fetch_op_names
 from .variants import Variant, variant_for
 
@@ -39,10 +50,15 @@ class SplitReporter(Protocol):
 class Accelerator:
     """One session's accelerate_train_mode state: which precision runs now, and the one-way switch."""
 
-    def __init__(self, mode: AccelerateMode, config: Any = None) -> None:
+    def __init__(self, mode: AccelerateMode, config: Any = None, onednn: bool | None = None,
+                 count: Callable[..., None] | None = None) -> None:
         self.mode = mode
         self._config = config
+        self._onednn = onednn  # TensorFlow's oneDNN switch as it resolved it (compile/identity.py)
+        self._count = count  # adds to the cache's counters (its ``count(**deltas)``)
         self._variant: Variant | None = None
+        self._checked = False
+        self.unavailable: str | None = None  # why the variant's rewriter cannot run here; None when it can
         self._lock = threading.Lock()
         self._training: dict[frozenset[str], bool] = {}
         self.hook: SplitReporter | None = None
@@ -51,8 +67,9 @@ class Accelerator:
         self.switch_loss: float | None = None  # the last reported loss at the switch
         self.last_loss: float | None = None
         self.last_step: int | None = None
-        self.low_precision_runs = 0
-        self.original_runs = 0  # training runs at the original precision
+        self.low_precision_runs = 0  # training runs in the variant's reduced precision
+        self.original_runs = 0  # training runs at the original precision after the switch
+        self.unaccelerated_runs = 0  # training runs at the original precision because the rewriter cannot run
         self.loss_scale = LossScale()
 
     @property
@@ -60,6 +77,32 @@ class Accelerator:
         if self._variant is None:
             self._variant = variant_for(self.mode, self._config)
         return self._variant
+
+    @property
+    def precision(self) -> str:
+        """The precision training runs at before the switch: the variant's dtype, or "original" where its
+        rewriter cannot run in this process (``unavailable`` says why)."""
+        self.check_available()
+        return "original" if self.unavailable else self.variant.dtype
+
+    def check_available(self) -> None:
+        """Once: whether the variant's rewriter can run here (support.py). If not, warn once with the reason
+        and the fix, and train at the original precision from the first run on; either way, log what runs."""
+        with self._lock:
+            if self._checked:
+                return
+            self._checked = True
+            variant = self.variant
+            self.unavailable = unavailable(variant, self._onednn)
+            if self.unavailable is None:
+                log.info("graphcache: accelerate_train_mode %r: training signatures run in %s (%s on %s) until the "
+                         "%s split", self.mode.text, variant.dtype, variant.rewriter, variant.device, self.mode.split)
+                return
+            self.accelerated = False  # nothing to switch from: no step reads, no second compile
+        message = (f"graphcache: accelerate_train_mode={self.mode.text!r} trains at the original precision "
+                   f"throughout: {self.unavailable}. To train the first part in {variant.dtype}, {BFLOAT16_FIX}")
+        log.info("%s", message)
+        warn_once("accelerate_unavailable", message)
 
     # -- used by the hook
     def register(self, hook: SplitReporter) -> None:
@@ -70,6 +113,7 @@ class Accelerator:
                 + ("step=..., total_step=..." if self.mode.split == "step" else "loss=..., final_loss=...")
                 + " to the hook, or change the mode's SPLIT")
         self.hook = hook
+        self.check_available()  # the hook's first report comes before the first training run
 
     def trains(self, graph, op_names) -> bool:
         key = frozenset(op_names)
@@ -119,12 +163,20 @@ class Accelerator:
                 f"accelerate_train_mode={self.mode.text!r} needs a graphcache.TellMeStepOrLossHook({needs}) in "
                 "the session's hooks (graphcache.Session(hooks=[...]) or MonitoredSession(hooks=[...])): "
                 "nothing tells it when to switch to the original precision")
+        self.check_available()
         with self._lock:
             if self.accelerated:
                 self.low_precision_runs += 1
-                return self.variant
-            self.original_runs += 1
-            return None
+                variant, ran_at = self.variant, self.variant.dtype
+            elif self.unavailable:
+                self.unaccelerated_runs += 1
+                variant, ran_at = None, "original_unaccelerated"
+            else:
+                self.original_runs += 1
+                variant, ran_at = None, "original_after_switch"
+        if self._count is not None:
+            self._count(**{ACCELERATE_PREFIX + ran_at: 1})
+        return variant
 
 
 def accelerator_of(session: Any) -> Accelerator | None:

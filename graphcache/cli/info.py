@@ -56,6 +56,7 @@ def stats_json(stats: Stats, root: Path, exists: bool, versions: list[dict[str, 
         "remote": remote_url() or None, "remote_hits": stats.remote_hits, "remote_errors": stats.remote_errors,
         "uploads": stats.uploads, "upload_bytes": stats.upload_bytes, "fetch_bytes": stats.fetch_bytes,
         **stats.xla, **stats.functions, **stats.traces, "trace_uncacheable_reasons": dict(stats.trace_reasons),
+        "accelerate_runs": dict(stats.accelerate_runs),
     }
 
 
@@ -101,6 +102,8 @@ def stats_view(stats: Stats, root: Path, exists: bool, versions: list[dict[str, 
     if stats.traces.get("trace_uncacheable"):  # tf.function traces (traces/): their lookups are in the by-kind table
         view.add_row("Traces not cached", f"{stats.traces['trace_uncacheable']} (" + ", ".join(
             f"{reason} {count}" for reason, count in stats.trace_reasons.items()) + ")")
+    if any(stats.accelerate_runs.values()):  # accelerate_train_mode: what the training runs actually ran at
+        view.add_row("Training precision", accelerate_runs_text(stats.accelerate_runs))
     view.add_row("Version", stats.version or "none recorded yet")
     url = remote_url()
     if url or stats.remote_hits or stats.remote_errors or stats.uploads:
@@ -117,6 +120,17 @@ def stats_view(stats: Stats, root: Path, exists: bool, versions: list[dict[str, 
         view.add_row("Other versions", "\n".join(
             f"{v['version']}: {plural_entries(v['entries'])}, {format_size(v['bytes'])}" for v in others))
     return view
+
+
+# How the stats view names each precision accelerate_train_mode's training runs ran at (core/counters.py).
+_RUN_WORDS = {"bfloat16": "bfloat16", "float16": "float16",
+              "original_unaccelerated": "original precision (rewriter unavailable here)",
+              "original_after_switch": "original precision after the switch"}
+
+
+def accelerate_runs_text(runs: dict[str, int]) -> str:
+    """``bfloat16 90, original precision after the switch 10``: accelerate_train_mode's runs that happened."""
+    return ", ".join(f"{_RUN_WORDS.get(name, name)} {count}" for name, count in runs.items() if count)
 
 
 def kinds_table(by_kind: dict[str, dict[str, float]]) -> Table:

@@ -49,6 +49,12 @@ TRACE_UNCACHEABLE = "trace_uncacheable"
 TRACE_REASONS = ("library", "method", "not_a_function", "value", "builtin", "writes_state", "side_effect",
                  "creates_variables", "capture", "graph", "structure", "signature", "context", "keras", "hash_order",
                  "recorded")
+# accelerate_train_mode (accelerate/): the training runs of its sessions by the precision they actually ran at:
+# in bfloat16 or float16 (the reduced-precision variant), at the original precision because the variant's
+# rewriter cannot run in that process (``original_unaccelerated``: oneDNN off, say; the session warned why), or
+# at the original precision after the switch. Counted as ``accelerate_runs.<precision>``.
+ACCELERATE_PREFIX = "accelerate_runs."
+ACCELERATE_RUNS = ("bfloat16", "float16", "original_unaccelerated", "original_after_switch")
 
 KIND_PREFIX = "kind."
 KIND_STATS = ("hits", "misses", "compiles", "compile_seconds", "saved_seconds")

@@ -8,6 +8,8 @@ from typing import Any
 
 from ..entry import kinds
 from .counters import (
+    ACCELERATE_PREFIX,
+    ACCELERATE_RUNS,
     FUNCTION_COUNTERS,
     KIND_PREFIX,
     KIND_STATS,
@@ -93,6 +95,7 @@ class Stats:
     traces: dict[str, int] = field(default_factory=dict)  # trace_hits, trace_misses, trace_uncacheable
     trace_reasons: dict[str, int] = field(default_factory=dict)  # trace_uncacheable by reason (nonzero only)
     by_kind: dict[str, KindStats] = field(default_factory=dict)
+    accelerate_runs: dict[str, int] = field(default_factory=dict)  # training runs by the precision they ran at
 
     @property
     def totals(self) -> dict[str, Any]:
@@ -138,5 +141,6 @@ class Stats:
             trace_reasons={reason: int(counters[f"{TRACE_UNCACHEABLE}.{reason}"]) for reason in TRACE_REASONS
                            if counters.get(f"{TRACE_UNCACHEABLE}.{reason}")},
             by_kind=kind_breakdown(counters, entries_by_kind or {}),
+            accelerate_runs={name: int(counters.get(ACCELERATE_PREFIX + name, 0)) for name in ACCELERATE_RUNS},
             **{name: int(counters.get(name, 0)) for name in REMOTE_COUNTERS},
         )

@@ -50,6 +50,7 @@ from .. import accelerate, runtime
 from ..compile import graphs
 from ..compile.compiled import CompiledGraph, runtime_config
 from ..compile.heap import release_freed_memory
+from ..compile.identity import onednn_enabled
 from ..core import settings
 from ..core.failures import warn_once
 from ..errors import UnsupportedGraphError
@@ -115,7 +116,11 @@ class _CachingSession:
         self._min_nodes = settings.min_nodes()  # read here: a bad value fails the construction, not a run
         self._placement = Placement(self._config, self.graph, self.list_devices)  # this session's devices
         mode = getattr(experimental_config, "accelerate", None)
-        self._accelerator = accelerate.Accelerator(mode, config) if mode is not None else None
+        self._accelerator = None
+        if mode is not None:  # its rewriter may not run here (oneDNN): it asks, and counts what ran
+            cache = self._cache  # not self: a session its accelerator refers to would only go with the cyclic GC
+            self._accelerator = accelerate.Accelerator(mode, config, onednn=onednn_enabled(),
+                                                       count=lambda **deltas: cache.get().count(**deltas))
         if self._accelerator is not None and self._plain:
             warn_once("accelerate_plain", f"graphcache: accelerate_train_mode={mode.text!r} is ignored: "
                                           "GRAPHCACHE_DISABLE=1 runs this session the plain TensorFlow way")
