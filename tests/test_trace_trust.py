@@ -512,3 +512,22 @@ def test_a_keras_layer_reading_an_attribute_of_its_sublayer_keys_that_attribute(
     assert digest() != before
     model.layers[1].inner.k = 2.0
     assert digest() == before
+
+
+class _Factory:
+    SCALE = 2.0
+
+    @classmethod
+    def scaled(cls, x):
+        return x * cls.SCALE
+
+
+def test_a_class_method_read_off_its_class_is_walked_with_the_class():
+    import tensorflow as tf
+
+    before = _digest(lambda x: _Factory.scaled(x) + tf.TensorSpec.from_tensor(x).shape.rank)
+    _Factory.SCALE = 3.0
+    try:
+        assert _digest(lambda x: _Factory.scaled(x) + tf.TensorSpec.from_tensor(x).shape.rank) != before
+    finally:
+        _Factory.SCALE = 2.0

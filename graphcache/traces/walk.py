@@ -233,12 +233,15 @@ class Walk:
         for attribute in chain:
             if isinstance(current, types.ModuleType) and f"{current.__name__}.{attribute}" in STATEFUL_ATTRIBUTES:
                 raise Uncacheable("value", f"{_where(path)} reads {current.__name__}.{attribute} (process state)")
+            owner = current
             try:
                 current = getattr(current, attribute)
             except Exception as exc:  # the trace would fail the same way: what it reads is keyed as missing
                 self._emit("missing attribute", at, attribute, type(exc).__name__)
                 return
             at = f"{at}.{attribute}"
+            if isinstance(owner, type) and isinstance(current, types.MethodType) and current.__self__ is owner:
+                current = current.__func__  # a class method: its code (the class's attributes are the class walk's)
             if isinstance(current, types.ModuleType):
                 self._module(current, at, bare=False)
             elif _keyable(current):
