@@ -242,6 +242,7 @@ class Walk:
             at = f"{at}.{attribute}"
             if isinstance(owner, type) and isinstance(current, types.MethodType) and current.__self__ is owner:
                 current = current.__func__  # a class method: its code (the class's attributes are the class walk's)
+            self._emit("read", at)  # the path itself, so that two chains cannot trade values unseen
             if isinstance(current, types.ModuleType):
                 self._module(current, at, bare=False)
             elif _keyable(current):
