@@ -3,7 +3,7 @@
 Every measurement is one FRESH process. Before its timer each child imports TensorFlow (``common.warm_up``:
 equal for all variants, so left out) and reads and parses the model's ``.pb`` bytes (a process that has
 a model has its GraphDef; parsing it is not what the cache changes), then runs one full garbage
-collection (``_start_timer``: the collector's debt from importing TensorFlow stays out of every variant).
+collection (``common.start_timer``: the collector's debt from importing TensorFlow stays out of every variant).
 No graphcache module is loaded before the timer (each warm and miss child asserts it on ``sys.modules``;
 cold and floor assert at their end that they never loaded one): graphcache's own import is part of what
 a user pays, so it is inside the warm and miss timers. The timer then covers:
@@ -123,33 +123,13 @@ def _output_summary(outputs: list[Any]) -> dict[str, float]:
     return {"out_sum": float(flat.sum()), "out_abs_sum": float(np.abs(flat).sum())}
 
 
-def _start_timer() -> tuple[float, float, int]:
-    """Called last before each child's timer: one full garbage collection, then the usage counters.
-
-    Importing TensorFlow leaves the collector owing a full collection of ~10^5 objects (~0.1 s here); left
-    alone it lands in whichever variant first allocates enough Python objects, a different step in each
-    (seen as 0.1 s moving between the fingerprint, the import and the first run). Collecting before the
-    timer takes that debt out of every variant alike.
-    """
-    import gc
-
-    gc.collect()
-    return _usage()
-
-
-def _usage() -> tuple[float, float, int]:
-    """(user CPU s, system CPU s, minor page faults) of this process so far."""
-    import resource
-
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime, usage.ru_stime, usage.ru_minflt
 
 
 def _finish(result: dict[str, Any], sess: Any, files: common.ModelFiles, feed: dict[str, Any],
             outputs: list[Any], usage_at_start: tuple[float, float, int]) -> dict[str, Any]:
     """Common tail of a child, called right after the first run: CPU time and page faults of the timed
     region, a second (steady-state) run, output checksums, peak memory, whether graphcache was loaded."""
-    user, system, faults = (now - then for now, then in zip(_usage(), usage_at_start, strict=True))
+    user, system, faults = (now - then for now, then in zip(common.usage(), usage_at_start, strict=True))
     result.update(cpu_user=user, cpu_sys=system, minor_faults=faults)
     start = time.perf_counter()
     sess.run(files.fetches, feed)
@@ -169,7 +149,7 @@ def child_cold(model: str) -> dict[str, Any]:
     files = common.ModelFiles.load(model)
     graph_def = graph_pb2.GraphDef.FromString(files.read_bytes())
     feed = files.feed_dict()
-    usage = _start_timer()
+    usage = common.start_timer()
     t0 = time.perf_counter()
     graph = _import_graph(tf, graph_def)
     t1 = time.perf_counter()
@@ -192,7 +172,7 @@ def child_floor(model: str, optimized_path: str) -> dict[str, Any]:
     data = Path(optimized_path).read_bytes()
     config = floor_config()
     feed = files.feed_dict()
-    usage = _start_timer()
+    usage = common.start_timer()
     t0 = time.perf_counter()
     graph_def = graph_pb2.GraphDef.FromString(data)
     t1 = time.perf_counter()
@@ -207,17 +187,6 @@ def child_floor(model: str, optimized_path: str) -> dict[str, Any]:
     common.assert_graphcache_not_imported("the floor child")
     return result
 
-
-def _import_graphcache() -> Any:
-    """``from graphcache import GraphCache``, as a user's script starts; returns the class.
-
-    Called INSIDE the warm and miss timers: graphcache's import (the package, then graphcache.cache and the
-    compile path it loads) is graphcache's cost to its user. TensorFlow's import, equal for every variant,
-    stays before all timers. Call ``common.assert_graphcache_not_imported`` before the timer starts.
-    """
-    from graphcache import GraphCache
-
-    return GraphCache
 
 
 def child_lookup(model: str, cache_dir: str, optimized_path: str | None = None) -> dict[str, Any]:
@@ -234,9 +203,9 @@ def child_lookup(model: str, cache_dir: str, optimized_path: str | None = None) 
     graph_def = graph_pb2.GraphDef.FromString(files.read_bytes())
     feed = files.feed_dict()
     common.assert_graphcache_not_imported("the warm/miss child, before its timer")
-    usage = _start_timer()
+    usage = common.start_timer()
     t0 = time.perf_counter()
-    graph_cache = _import_graphcache()
+    graph_cache = common.import_graphcache()
     ti = time.perf_counter()
     cache = graph_cache(cache_dir)
     t1 = time.perf_counter()
@@ -272,7 +241,7 @@ def child_warm_parts(model: str, cache_dir: str) -> dict[str, Any]:
     feed = files.feed_dict()
     common.assert_graphcache_not_imported("the parts child, before its timer")
     times: dict[str, float] = {}
-    usage = _start_timer()
+    usage = common.start_timer()
     last = time.perf_counter()
     start = last
 
@@ -282,7 +251,7 @@ def child_warm_parts(model: str, cache_dir: str) -> dict[str, Any]:
         times[name] = now - last
         last = now
 
-    graph_cache = _import_graphcache()
+    graph_cache = common.import_graphcache()
     step("graphcache_import")
     cache = graph_cache(cache_dir)
     step("open")

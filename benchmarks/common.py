@@ -15,15 +15,18 @@ measuring child only reads and parses bytes.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import io
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,7 @@ from typing import Any
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 WORK_DIR = BENCH_DIR / "_work"  # git-ignored
+RESULTS_DIR = BENCH_DIR / "results"  # each benchmark's current output, one file per benchmark; earlier runs: git log
 models_dir = WORK_DIR / "models"
 
 DEFAULT_CHILD_TIMEOUT = 1800.0  # seconds: freezing or compiling BERT on 2 cores takes minutes
@@ -219,6 +223,43 @@ def warm_up() -> Any:
 
     _ = (tf.Graph, tf.compat.v1.Session, tf.graph_util.import_graph_def)
     return tf
+
+
+# -- inside a child: the timed region -------------------------------------------------------------------
+
+
+def start_timer() -> tuple[float, float, int]:
+    """Called last before each child's timer: one full garbage collection, then the usage counters.
+
+    Importing TensorFlow leaves the collector owing a full collection of ~10^5 objects (~0.1 s here); left
+    alone it lands in whichever variant first allocates enough Python objects, a different step in each
+    (seen as 0.1 s moving between the fingerprint, the import and the first run). Collecting before the
+    timer takes that debt out of every variant alike.
+    """
+    import gc
+
+    gc.collect()
+    return usage()
+
+
+def usage() -> tuple[float, float, int]:
+    """(user CPU s, system CPU s, minor page faults) of this process so far."""
+    import resource
+
+    counters = resource.getrusage(resource.RUSAGE_SELF)
+    return counters.ru_utime, counters.ru_stime, counters.ru_minflt
+
+
+def import_graphcache() -> Any:
+    """``from graphcache import GraphCache``, as a user's script starts; returns the class.
+
+    Called INSIDE the warm and miss timers: graphcache's import (the package, then graphcache.cache and the
+    compile path it loads) is graphcache's cost to its user. TensorFlow's import, equal for every variant,
+    stays before all timers. Call ``assert_graphcache_not_imported`` before the timer starts.
+    """
+    from graphcache import GraphCache
+
+    return GraphCache
 
 
 # -- statistics ------------------------------------------------------------------------------------------
@@ -444,6 +485,52 @@ def ensure_model(name: str, *, rebuild: bool = False, log: Any = None) -> ModelF
         log(f"building and freezing {name} once (saved under {models_dir}) ...")
     run_function("common", "child_build_model", name=name)
     return ModelFiles.load(name)
+
+
+def add_out_argument(parser: Any, name: str) -> None:
+    """``--out``: where the script's printed report is also written (default ``results/<name>.txt``);
+    ``--append``: after what that file holds (one file for a run of several commands)."""
+    parser.add_argument("--out", default=str(RESULTS_DIR / f"{name}.txt"),
+                        help=f"also write what is printed here (default: benchmarks/results/{name}.txt; '-': stdout only)")
+    parser.add_argument("--append", action="store_true", help="add this run after what --out holds")
+
+
+class _Tee(io.TextIOBase):
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.text = io.StringIO()
+
+    def write(self, text: str) -> int:
+        self.stream.write(text)
+        return self.text.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+@contextlib.contextmanager
+def teed_stdout(out: str, append: bool = False) -> Iterator[None]:
+    """What the script prints, also written to ``out`` ('-': not) under a ``$ command`` line, once it succeeded.
+
+    The file is written at the end, whole (or added to, with ``append``): a run that fails leaves the current
+    result in place.
+    """
+    if out == "-":
+        yield
+        return
+    tee = _Tee(sys.stdout)
+    sys.stdout = tee
+    try:
+        yield
+    finally:
+        sys.stdout = tee.stream
+    script = Path(sys.argv[0]).resolve()
+    shown = script.relative_to(REPO_ROOT) if script.is_relative_to(REPO_ROOT) else script
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    earlier = path.read_text() if append and path.is_file() else ""
+    path.write_text(earlier + f"$ {shlex.join([shown.as_posix(), *sys.argv[1:]])}\n" + tee.text.getvalue())
+    print(f"wrote {path}", file=sys.stderr)
 
 
 def print_report(report: dict[str, Any], format_result: Any, json_path: Path | None) -> None:

@@ -60,7 +60,7 @@ def child_start(model: str, barrier_dir: str, index: int, cache_dir: str | None 
     start_wall = time.time()
     t0 = time.perf_counter()
     if cache_dir is not None:
-        graph_cache = cold_warm._import_graphcache()  # inside the timer: its cost to the user
+        graph_cache = common.import_graphcache()  # inside the timer: its cost to the user
         compiled = graph_cache(cache_dir).compile(graph_def, files.fetches, files.feeds, name=model)
         hit: bool | None = compiled.hit
         sess = compiled.session()

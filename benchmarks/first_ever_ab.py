@@ -104,23 +104,25 @@ def main() -> None:
     parser.add_argument("--base", default="94a2eee", help="the earlier commit (default: before the flight lock)")
     parser.add_argument("--models", default="mobilenetv2,densenet121")
     parser.add_argument("--rounds", type=int, default=8)
+    common.add_out_argument(parser, "first_ever_ab")
     args = parser.parse_args()
     models = args.models.split(",")
     for model in models:
         common.ensure_model(model, log=print)
     common.ensure_bytecode(print)
-    base = git("rev-parse", "--short", args.base)
-    head = git("describe", "--always", "--dirty=+")  # this checkout as it is: "+" marks uncommitted changes
-    checkouts = {f"miss@{base}": base_checkout(base), f"miss@{head}": common.REPO_ROOT}
-    print(common.describe_machine())
-    order = random.Random(0)
-    for model in models:
-        variants = ["cold", *checkouts]
-        rows: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
-        for _ in range(args.rounds):
-            for variant in order.sample(variants, len(variants)):
-                rows[variant].append(run_variant(variant, model, checkouts))
-        report(model, rows, base, head)
+    with common.teed_stdout(args.out, args.append):
+        base = git("rev-parse", "--short", args.base)
+        head = git("describe", "--always", "--dirty=+")  # this checkout as it is: "+" marks uncommitted changes
+        checkouts = {f"miss@{base}": base_checkout(base), f"miss@{head}": common.REPO_ROOT}
+        print(common.describe_machine())
+        order = random.Random(0)
+        for model in models:
+            variants = ["cold", *checkouts]
+            rows: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
+            for _ in range(args.rounds):
+                for variant in order.sample(variants, len(variants)):
+                    rows[variant].append(run_variant(variant, model, checkouts))
+            report(model, rows, base, head)
 
 
 if __name__ == "__main__":

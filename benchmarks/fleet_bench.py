@@ -64,7 +64,7 @@ def child_host(model: str, barrier_dir: str, index: int, cache_dir: str) -> dict
         time.sleep(0.002)
     start_wall = time.time()
     t0 = time.perf_counter()
-    cache = cold_warm._import_graphcache()(cache_dir)
+    cache = common.import_graphcache()(cache_dir)
     compiled = cache.compile(graph_def, files.fetches, files.feeds, name=model)
     sess = compiled.session()
     outputs = sess.run(files.fetches, feed)

@@ -163,13 +163,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=9, help="fresh processes per step and install (medians)")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    common.add_out_argument(parser, "import_time")
     args = parser.parse_args(argv)
-    report = run(args.runs)
-    print(common.describe_machine())
-    print(table(report))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-    return 0
+    with common.teed_stdout(args.out, args.append):
+        report = run(args.runs)
+        print(common.describe_machine())
+        print(table(report))
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=2) + "\n")
+        return 0
 
 
 if __name__ == "__main__":

@@ -145,19 +145,21 @@ def main() -> None:
     parser.add_argument("--signatures", type=int, default=4)
     parser.add_argument("--compact-heap", action="store_true", help="MALLOC_MMAP_THRESHOLD_=1 MB in the children")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    common.add_out_argument(parser, "miss_memory_timeline")
     args = parser.parse_args()
     common.ensure_model(args.model, log=print)
     common.ensure_bytecode(print)
-    env = common.child_env(COMPACT_HEAP_ENV if args.compact_heap else None, drop_prefixes=("GRAPHCACHE_",))
-    results = [common.run_function("miss_memory_timeline", "child_timeline", env=env, variant="plain",
-                                   model=args.model, signatures=args.signatures)]
-    with tempfile.TemporaryDirectory() as cache_dir:
-        results.append(common.run_function("miss_memory_timeline", "child_timeline", env=env, variant="miss",
-                                           model=args.model, signatures=args.signatures, cache_dir=cache_dir))
-    report = {"model": args.model, "signatures": args.signatures,
-              "compact_heap": args.compact_heap, "results": results}
-    common.print_report(report, lambda r: format_result(r["model"], r["signatures"], r["compact_heap"],
-                                                        r["results"]), args.json)
+    with common.teed_stdout(args.out, args.append):
+        env = common.child_env(COMPACT_HEAP_ENV if args.compact_heap else None, drop_prefixes=("GRAPHCACHE_",))
+        results = [common.run_function("miss_memory_timeline", "child_timeline", env=env, variant="plain",
+                                       model=args.model, signatures=args.signatures)]
+        with tempfile.TemporaryDirectory() as cache_dir:
+            results.append(common.run_function("miss_memory_timeline", "child_timeline", env=env, variant="miss",
+                                               model=args.model, signatures=args.signatures, cache_dir=cache_dir))
+        report = {"model": args.model, "signatures": args.signatures,
+                  "compact_heap": args.compact_heap, "results": results}
+        common.print_report(report, lambda r: format_result(r["model"], r["signatures"], r["compact_heap"],
+                                                            r["results"]), args.json)
 
 
 if __name__ == "__main__":

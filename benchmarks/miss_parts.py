@@ -125,15 +125,13 @@ def child_cold_parts(model: str) -> dict[str, Any]:
 
 
 def _cold_parts(capture: StderrCapture, model: str) -> dict[str, Any]:
-    import cold_warm
-
     tf = common.warm_up()
     from tensorflow.core.framework import graph_pb2
 
     files = common.ModelFiles.load(model)
     graph_def = graph_pb2.GraphDef.FromString(files.read_bytes())
     feed = files.feed_dict()
-    cold_warm._start_timer()
+    common.start_timer()
     steps = Steps()
     graph = tf.Graph()
     with graph.as_default():
@@ -155,8 +153,6 @@ def child_miss_parts(model: str, cache_dir: str) -> dict[str, Any]:
 
 
 def _miss_parts(capture: StderrCapture, model: str, cache_dir: str) -> dict[str, Any]:
-    import cold_warm
-
     tf = common.warm_up()
     from tensorflow.core.framework import graph_pb2
 
@@ -164,9 +160,9 @@ def _miss_parts(capture: StderrCapture, model: str, cache_dir: str) -> dict[str,
     graph_def = graph_pb2.GraphDef.FromString(files.read_bytes())
     feed = files.feed_dict()
     common.assert_graphcache_not_imported("the miss_parts child, before its timer")
-    cold_warm._start_timer()
+    common.start_timer()
     steps = Steps()
-    graph_cache = cold_warm._import_graphcache()
+    graph_cache = common.import_graphcache()
     steps.step("graphcache_import")
     cache = graph_cache(cache_dir)
     steps.step("open")

@@ -38,8 +38,8 @@ Sections (each a module of benchmarks/, each figure a median of several runs, co
   workload); trace_bench's default run (3 runs of every variant); tf2_whole_process's default run (1 warm-up + 5
   rounds of every workload); session_memory on ResNet50 (3 runs); whole_process on MobileNetV2, EfficientNetB0 and
   DenseNet121 (1 warm-up + 5 runs per command).
-  Writes ``benchmarks/RESULTS.md``, the raw ``benchmarks/RESULTS.json`` and the plots
-  ``benchmarks/cold_warm.png``, ``benchmarks/zstd.png`` and ``benchmarks/concurrency.png``.
+  Writes ``benchmarks/results/RESULTS.md``, the raw ``benchmarks/results/RESULTS.json`` and the plots
+  ``cold_warm.png``, ``zstd.png`` and ``concurrency.png`` beside them.
 - ``--quick`` (``make bench-quick``, ~5 minutes on 2 cores): ResNet50 and the TF1 graph with 3 fresh
   processes per variant (no ``parts``), zstd on ResNet50, concurrency on MobileNetV2 (1 round), whole_process
   on MobileNetV2 (3 runs per command, no warm-up), fewer repeats elsewhere, no XLA; the report goes to ``benchmarks/_work/RESULTS-quick.md``.
@@ -78,6 +78,7 @@ FINGERPRINT_GOAL_MB_S = 1000.0
 STORE_SCALE_GOALS = {"stats_json_seconds": 2.0, "ls_json_seconds": 2.0, "put_ratio": 1.5}
 SCRIPT_TIMEOUT = 1800.0
 XLA_TIMEOUT = 900.0  # past this, the report says to run xla_bench.py separately
+OWN_RESULTS = frozenset({"trace_bench.py", "tf2_whole_process.py"})  # scripts whose --out defaults to results/
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,13 @@ def run_cold_warm(plan: Plan, log: Callable[[str], None]) -> dict[str, Any]:
 
 
 def run_script(script: str, args: tuple[str, ...], timeout: float = SCRIPT_TIMEOUT) -> dict[str, Any]:
-    """Run ``benchmarks/<script> ARGS --json TMP`` in a fresh process: its printed output and its JSON."""
+    """Run ``benchmarks/<script> ARGS --json TMP`` in a fresh process: its printed output and its JSON.
+
+    A script that also writes its printed report to ``benchmarks/results/`` (``--out``) is told not to: that
+    file is the script's own run, and this one's figures go into this report.
+    """
+    if script in OWN_RESULTS:
+        args = (*args, "--out", "-")
     with tempfile.TemporaryDirectory() as tmp:
         json_path = Path(tmp) / "out.json"
         env = common.child_env({"TF_CPP_MIN_LOG_LEVEL": "3"}, drop_prefixes=("GRAPHCACHE_",))
@@ -916,7 +923,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown model(s) {unknown}" if unknown else f"unknown section(s) {unknown_sections}"
                      if unknown_sections else "--runs must be at least 1")
     custom = args.quick or args.models or args.runs or args.sections
-    out = args.out or (common.WORK_DIR / "RESULTS-quick.md" if custom else common.BENCH_DIR / "RESULTS.md")
+    out = args.out or (common.WORK_DIR / "RESULTS-quick.md" if custom else common.RESULTS_DIR / "RESULTS.md")
     json_path = out.with_suffix(".json")
     chart_paths = {name: (out.parent / f"{name}.png" if not custom else out.with_name(f"{out.stem}-{name}.png"))
                    for name in ("cold_warm", "zstd", "concurrency")}

@@ -114,38 +114,40 @@ def main() -> None:
     parser.add_argument("--model", default="resnet50", choices=common.MODEL_NAMES)
     parser.add_argument("--signatures", type=int, default=4)
     parser.add_argument("--runs", type=int, default=3, help="fresh processes per variant (medians)")
+    common.add_out_argument(parser, "session_collect_probe")
     args = parser.parse_args()
     common.ensure_model(args.model, log=print)
     common.ensure_bytecode(print)
-    print(common.describe_machine())
-    rows: dict[str, list[dict]] = {v: [] for v in VARIANTS}
-    kwargs = {"model": args.model, "signatures": args.signatures}
-    for _ in range(args.runs):
-        rows["plain"].append(common.run_function("session_memory", "child_measure", variant="plain", **kwargs))
-        with tempfile.TemporaryDirectory() as work:
-            for variant in ("miss", "hit"):
-                rows[variant].append(common.run_function("session_memory", "child_measure", variant=variant,
-                                                         cache_dir=work, **kwargs))
-        with tempfile.TemporaryDirectory() as work:
-            rows["collect"].append(common.run_function("session_collect_probe", "child_collect", out_dir=work, **kwargs))
-            rows["replay"].append(common.run_function("session_collect_probe", "child_replay", out_dir=work, **kwargs))
-    plain_peak = common.median_of(rows["plain"], "peak_growth_mb")
-    plain_seconds = common.median_of(rows["plain"], "seconds")
-    print(f"{args.model}: {args.signatures} fetch signatures, medians of {args.runs} fresh processes per variant; "
-          "MB over the RSS right before the session; s: the session's creation and first runs (miss and hit: "
-          "with graphcache's import; replay: with reading and importing the graphs)")
-    print(session_memory.peak_method(rows))
-    print(f"  {'variant':8} {'peak growth':>12} {'x plain':>8} {'RSS growth':>11} {'s':>7} {'x plain':>8}")
-    for variant in VARIANTS:
-        peak = common.median_of(rows[variant], "peak_growth_mb")
-        seconds = common.median_of(rows[variant], "seconds")
-        print(f"  {variant:8} {peak:>+10.0f} MB {peak / plain_peak:>7.3f}x "
-              f"{common.median_of(rows[variant], 'growth_mb'):>+8.0f} MB {seconds:>7.2f} {seconds / plain_seconds:>7.3f}x")
-    stored = common.median_of(rows["collect"], "stored_mb")
-    identical = all(row["identical"] for row in rows["replay"])
-    diff = max(row["max_abs_diff"] for row in rows["replay"])
-    print(f"collect: {stored:.0f} MB of importable graphs for {args.signatures} signatures; replay's outputs "
-          f"{'bit-identical to' if identical else f'differ (max abs {diff:.3g}) from'} plain TensorFlow's in every run")
+    with common.teed_stdout(args.out, args.append):
+        print(common.describe_machine())
+        rows: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+        kwargs = {"model": args.model, "signatures": args.signatures}
+        for _ in range(args.runs):
+            rows["plain"].append(common.run_function("session_memory", "child_measure", variant="plain", **kwargs))
+            with tempfile.TemporaryDirectory() as work:
+                for variant in ("miss", "hit"):
+                    rows[variant].append(common.run_function("session_memory", "child_measure", variant=variant,
+                                                             cache_dir=work, **kwargs))
+            with tempfile.TemporaryDirectory() as work:
+                rows["collect"].append(common.run_function("session_collect_probe", "child_collect", out_dir=work, **kwargs))
+                rows["replay"].append(common.run_function("session_collect_probe", "child_replay", out_dir=work, **kwargs))
+        plain_peak = common.median_of(rows["plain"], "peak_growth_mb")
+        plain_seconds = common.median_of(rows["plain"], "seconds")
+        print(f"{args.model}: {args.signatures} fetch signatures, medians of {args.runs} fresh processes per variant; "
+              "MB over the RSS right before the session; s: the session's creation and first runs (miss and hit: "
+              "with graphcache's import; replay: with reading and importing the graphs)")
+        print(session_memory.peak_method(rows))
+        print(f"  {'variant':8} {'peak growth':>12} {'x plain':>8} {'RSS growth':>11} {'s':>7} {'x plain':>8}")
+        for variant in VARIANTS:
+            peak = common.median_of(rows[variant], "peak_growth_mb")
+            seconds = common.median_of(rows[variant], "seconds")
+            print(f"  {variant:8} {peak:>+10.0f} MB {peak / plain_peak:>7.3f}x "
+                  f"{common.median_of(rows[variant], 'growth_mb'):>+8.0f} MB {seconds:>7.2f} {seconds / plain_seconds:>7.3f}x")
+        stored = common.median_of(rows["collect"], "stored_mb")
+        identical = all(row["identical"] for row in rows["replay"])
+        diff = max(row["max_abs_diff"] for row in rows["replay"])
+        print(f"collect: {stored:.0f} MB of importable graphs for {args.signatures} signatures; replay's outputs "
+              f"{'bit-identical to' if identical else f'differ (max abs {diff:.3g}) from'} plain TensorFlow's in every run")
 
 
 if __name__ == "__main__":

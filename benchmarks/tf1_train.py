@@ -68,7 +68,7 @@ def child_run(variant: str, cache_dir: str | None = None) -> dict[str, Any]:
     elif variant == "floor":
         kwargs = {"config": cold_warm.floor_config()}
     common.assert_graphcache_not_imported(f"the {variant} child, before its timer")
-    usage = cold_warm._usage()
+    usage = common.usage()
     t0 = time.perf_counter()
     if variant == "graphcache":  # graphcache's import is inside the timer: its cost to the user
         from graphcache import Session
@@ -81,7 +81,7 @@ def child_run(variant: str, cache_dir: str | None = None) -> dict[str, Any]:
     t2 = time.perf_counter()
     _, loss = sess.run([model.train, model.loss], feed)
     t3 = time.perf_counter()
-    user, system, faults = (now - then for now, then in zip(cold_warm._usage(), usage, strict=True))
+    user, system, faults = (now - then for now, then in zip(common.usage(), usage, strict=True))
     result: dict[str, Any] = {"total": t3 - t0, "graphcache_import": ti - t0, "session": t1 - ti, "init": t2 - t1,
                               "first_step": t3 - t2,
                               "cpu_user": user, "cpu_sys": system, "minor_faults": faults, "loss": float(loss),

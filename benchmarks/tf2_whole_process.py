@@ -240,13 +240,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="timed rounds (default 5)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    common.add_out_argument(parser, "tf2_whole_process")
     args = parser.parse_args(argv)
-    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
-    if any(w not in WORKLOADS for w in workloads) or args.runs < 1 or args.warmup < 0:
-        parser.error(f"workloads from {WORKLOADS}; --runs >= 1, --warmup >= 0")
-    report = bench(workloads, args.runs, args.warmup, log=lambda m: print(m, file=sys.stderr, flush=True))
-    common.print_report(report, format_result, args.json)
-    return 0
+    with common.teed_stdout(args.out, args.append):
+        workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+        if any(w not in WORKLOADS for w in workloads) or args.runs < 1 or args.warmup < 0:
+            parser.error(f"workloads from {WORKLOADS}; --runs >= 1, --warmup >= 0")
+        report = bench(workloads, args.runs, args.warmup, log=lambda m: print(m, file=sys.stderr, flush=True))
+        common.print_report(report, format_result, args.json)
+        return 0
 
 
 if __name__ == "__main__":

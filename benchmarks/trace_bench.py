@@ -259,17 +259,19 @@ def main() -> None:
     parser.add_argument("--keras", default="", help="a keras.applications model: time its first predict instead")
     parser.add_argument("--fit", default="", choices=("", *FIT_MODELS), help="time a Keras model's first fit instead")
     parser.add_argument("--json", type=Path)
+    common.add_out_argument(parser, "trace_bench")
     args = parser.parse_args()
-    if args.keras or args.fit:
-        result = run(args.runs, args.blocks, log=progress, keras_model=args.keras, fit_model=args.fit)
-        print(table(result))
-    else:  # the default run: the three workloads, each in its own fresh processes
-        results = [run(args.runs, args.blocks, log=progress, keras_model=keras, fit_model=fit)
-                   for keras, fit in DEFAULT_WORKLOADS]
-        print("\n\n".join(table(one) for one in results))
-        result = {"workloads": results}
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+    with common.teed_stdout(args.out, args.append):
+        if args.keras or args.fit:
+            result = run(args.runs, args.blocks, log=progress, keras_model=args.keras, fit_model=args.fit)
+            print(table(result))
+        else:  # the default run: the three workloads, each in its own fresh processes
+            results = [run(args.runs, args.blocks, log=progress, keras_model=keras, fit_model=fit)
+                       for keras, fit in DEFAULT_WORKLOADS]
+            print("\n\n".join(table(one) for one in results))
+            result = {"workloads": results}
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

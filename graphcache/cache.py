@@ -275,8 +275,8 @@ class GraphCache(EntryService):
         there, so none is computed on the caller's path. The canonical key, and a node-heavy graph's fast key
         for its alias, are computed by the entry's write after the caller's first run, or by a caller reading
         ``compiled.key`` (compiled.PendingKey); with ``releases_graph`` in a thread while TensorFlow's own run
-        compiles, so that the graph can go before that run. That takes their passes over the graph off the miss
-        (18-90 ms on MobileNetV2 to DenseNet121; on BERT-base its exact bytes tried and its canonical key);
+        compiles, so that the graph can go before that run. That takes their passes over every node off the
+        miss (on a weight-heavy graph with no fast key, its exact bytes tried and then its canonical key too);
         a short process pays them in its exit's wait for the write. Single flight holds under a lock named
         by the fan-in's node names (keys.flight_key); a process that waited for it finds the store filled and
         returns None: the caller then looks the graph up as any process does.
@@ -300,7 +300,7 @@ class GraphCache(EntryService):
             if releases_graph:  # computed while the compile runs, so that the source graph goes before the run
                 pending.start()
             # else the entry's write computes it after the caller's first run: in a thread beside Grappler it
-            # slowed MobileNetV2's and DenseNet121's misses ~9% (benchmarks/first_ever_ab.py)
+            # slowed the miss on a 2-core machine more than it saved (benchmarks/first_ever_ab.py; docs/benchmarks.md)
             self.count_lookup(kinds.GRAPH, misses=1)
             graph_def, data, seconds = compile_now()
             compiled, guard = self._store_compiled(guard, pending, pending, graph_def, data, seconds,

@@ -4,7 +4,7 @@ One test per page runs its blocks in a fresh process, in a fresh temp dir, with 
 cache dir and what the page declares it needs (``docs_runner.NEEDS``): a failure names the page and the
 line. The selected pages start together, two at a time (``JOBS``), longest first; each test waits for its own. The other tests need no TensorFlow: the README's length, links and anchors between pages, every
 page in the index, every setting and command documented, and the tables quoted from
-benchmarks/RESULTS.md still being its words.
+benchmarks/results/RESULTS.md still being its words.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ PAGES = docs_runner.pages()
 README_MAX_LINES = 250
 PAGE_TIMEOUT = 600
 SERVER_MARGIN = 120  # seconds a page may spend on its S3 server's start and stop, beside its runner
-RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+RESULTS = ROOT / "benchmarks" / "results" / "RESULTS.md"
 BUCKET = "my-bucket"  # the name the examples use; each page that needs s3 gets its own server
 REMOTE_TIMEOUT = 120  # seconds, for the pages that use the S3 server (run_page says why)
 JOBS = min(2, os.cpu_count() or 1)  # pages at a time
@@ -240,7 +240,7 @@ def test_every_setting_and_command_is_documented() -> None:
     assert not undocumented, f"docs/cli.md's command table lacks {undocumented}"
 
 
-_QUOTE = re.compile(r"<!-- quoted from benchmarks/RESULTS.md -->\n(.*?)\n\n", re.S)
+_QUOTE = re.compile(r"<!-- quoted from benchmarks/results/RESULTS.md -->\n(.*?)\n\n", re.S)
 
 
 def test_quoted_tables_are_results_md_words() -> None:

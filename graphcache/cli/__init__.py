@@ -23,7 +23,7 @@ the one runner, :func:`graphcache.cli.app.run`, maps exceptions to exit codes: 0
 missing cache included), 1 runtime failure, 2 usage error, 130 interrupted. ``GRAPHCACHE_DEBUG=1`` adds
 tracebacks.
 
-Only TensorFlow-free modules are imported here (``import tensorflow`` alone takes over 2 s); ``warm``,
+Only TensorFlow-free modules are imported here (``import tensorflow`` alone takes seconds); ``warm``,
 ``explain`` and ``run`` import it inside the command. The modules, which import one way only (app ->
 commands -> helpers):
 

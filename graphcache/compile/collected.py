@@ -3,9 +3,9 @@
 Run with ``RunOptions(output_partition_graphs=True)``, a DirectSession hands back the graph its executor runs
 for that run's signature: after Grappler, placement, TensorFlow's graph passes and oneDNN's rewrites. Kept as
 an entry, it is what a plain session compiles, without the offline Grappler call's serialized copies of the
-graph (docs/architecture.md, benchmarks/session_collect_probe.py: a ResNet50 Session with 4 signatures
-peaks at 1.0x plain collecting them, 1.22x compiling them offline, and the collected graphs replay bit for
-bit).
+graph: a Session collecting them peaks where plain TensorFlow does, one compiling them offline well above,
+and the collected graphs replay bit for bit (benchmarks/results/session_collect_probe.txt, written by
+benchmarks/session_collect_probe.py).
 
 The session's graph speaks through a call frame: one ``_Arg`` node per distinct feed and one ``_Retval``
 per distinct fetch, each numbered by its name's place in the sorted names (DirectSession's executor key).

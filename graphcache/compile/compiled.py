@@ -90,7 +90,7 @@ class CompiledGraph:
 
     The compiled graph is held serialized when that is how it arrived (a hit's payload, a fresh compile's
     entry bytes): ``graph_def`` parses it on first access only, and ``import_graph``/``session`` hand the
-    bytes straight to TensorFlow's importer (importing.py). For a 100 MB frozen model that skips a parse
+    bytes straight to TensorFlow's importer (importing.py). For a big frozen model that skips a parse
     and a re-serialization, most of what importing costs. Once ``graph_def`` has been read (the caller may
     have changed it), imports use the GraphDef instead.
     """

@@ -3,11 +3,10 @@
 Canonicalizing a graph (canonical.py) allocates hundreds of thousands of containers, most of which live
 until the pass ends (node ids, elements, summaries). In a process that has imported TensorFlow the
 collector already tracks about a million long-lived objects, and so many survivors set off full collections
-over all of them. Measured (TF 2.21, these 2-core machines) on a traced tf.function of 7,983 nodes, the
-functions plugin's key (functionlib.canonical_function_hash): 350 ms and 341 ms for the first two calls in a
-process with the collector on, 163 ms with it paused; the third call took 167 ms either way (the
-collector's thresholds had grown by then). The pass makes no reference cycles, so pausing loses nothing:
-what it allocated is looked at by the next collection, as usual.
+over all of them: on a big traced function the functions plugin's key (functionlib.canonical_function_hash)
+took about twice as long with the collector on as paused, in a process's first calls (later ones, once the
+collector's thresholds had grown, took the same either way). The pass makes no reference cycles, so pausing
+loses nothing: what it allocated is looked at by the next collection, as usual.
 
 The collector's switch is process-wide. Pauses nest and may overlap across threads: the first one in
 turns the collector off and the last one out turns it back on, only if it was on when the first came in

@@ -70,9 +70,8 @@ def serialize(graph_def: graph_pb2.GraphDef) -> bytes:
 def serialized_pieces(graph_def: graph_pb2.GraphDef) -> list[bytes]:
     """The serialized GraphDef as pieces whose concatenation is ``graph_def.SerializeToString()``.
 
-    protobuf's upb binding serializes one large message slower than the same bytes written one node at
-    a time (TF 2.21's protobuf, medians: ResNet50 0.17 s vs 0.11 s, InceptionV3 0.16 vs 0.08, BERT-base
-    0.71 vs 0.43), and a caller that embeds the graph in a bigger message (a MetaGraphDef) can join the
+    protobuf's upb binding serializes one large message markedly slower than the same bytes written one
+    node at a time, and a caller that embeds the graph in a bigger message (a MetaGraphDef) can join the
     pieces once instead of copying the whole graph again. Nodes come first, each with its field framing,
     then the library, then the small remaining fields: field-number order, as protobuf writes them.
     """
@@ -293,7 +292,7 @@ class GraphView:
         """Names of the nodes the roots depend on (data and control inputs), roots included, and those nodes'
         op types, gathered on the way (reading them again later costs a second pass over the nodes).
 
-        The walk is the per-node Python cost of every compile and hit (NASNetMobile: 4,588 nodes), so an
+        The walk is the per-node Python cost of every compile and hit (thousands of nodes on a big model), so an
         input that is a plain node name, most of them, is pushed as it is, and only ``^a`` and ``a:1`` go
         through input_node."""
         seen: set[str] = set()
@@ -315,7 +314,7 @@ class GraphView:
 
     def _functions_used(self, nodes: Iterable[node_def_pb2.NodeDef]) -> list[str]:
         if not self.functions:  # only library functions are returned: without a library, there are none
-            return []  # (and walking every attribute of a frozen CNN costs ~10 ms)
+            return []  # (and walking every attribute of a frozen CNN is a pass over every node)
         seen: set[str] = set()
         stack = [ref for node in nodes for ref in node_func_refs(node, self.functions)]
         while stack:

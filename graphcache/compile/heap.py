@@ -1,21 +1,21 @@
 """Giving freed heap memory back to the OS between the phases of a miss.
 
 A miss on a frozen model allocates and frees several transient copies of its weights: the GraphDefs the key
-is read from, the Grappler input, Grappler's own working graphs (inside TensorFlow's C++: ~1.2 GB over its
-input for ResNet50's 100 MB), the import into a run graph and the first run's executor. glibc keeps most of
-what is freed in its heap (blocks under its dynamic mmap threshold, which grows to 32 MB, stay there), and the
+is read from, the Grappler input, Grappler's own working graphs (inside TensorFlow's C++: several times its
+input), the import into a run graph and the first run's executor. glibc keeps most of what is freed in its
+heap (blocks under its dynamic mmap threshold, which grows as big blocks are freed, stay there), and the
 next phase, partly on other threads and so in other malloc arenas, faults fresh memory on top of it.
 
-Where it pays (measured on a frozen ResNet50, benchmarks/session_memory.py, 4 fetch signatures of a
-graphcache.Session on an empty cache dir, median peak growth over 3 processes; plain TensorFlow +2,100 MB):
+Where it pays (the peak memory of a Session with several fetch signatures of a frozen model on an empty cache
+dir: benchmarks/session_memory.py, in the session-memory section of benchmarks/results/RESULTS*.md):
 - right after a Session's miss compiled (session/drop_in.py), before it imports and runs the result next to
-  the signatures it holds: with the Session's wait for earlier entries' writes +2,546 MB, without this trim
-  +2,720 MB. Not after every miss (compile/pipeline.py): a lone compile peaks inside Grappler, which a later
-  trim does not lower, and the import and first run would fault afresh what the freed heap would have served;
+  the signatures it holds: it lowers that peak. Not after every miss (compile/pipeline.py): a lone compile
+  peaks inside Grappler, which a later trim does not lower, and the import and first run would fault afresh
+  what the freed heap would have served;
 - after a new signature's first run (session/drop_in.py), so the Session's RSS is what it keeps.
-Not right before Grappler: that gave no lower peak (+2,545 MB with it) and cost ~0.4 s per ResNet50 miss,
-Grappler faulting ~1 GB afresh instead of reusing the freed heap. ``malloc_trim`` itself takes 30-100 ms when
-it returns a GB; elsewhere than glibc this is a no-op.
+Not right before Grappler: that gave no lower peak and made the miss slower, Grappler faulting its working
+memory afresh instead of reusing the freed heap. ``malloc_trim`` itself takes a while when it returns a lot
+of memory; elsewhere than glibc this is a no-op.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 ``tf.graph_util.import_graph_def(graph_def)`` serializes its argument again and copies the bytes into a
 TF_Buffer before TensorFlow's C++ importer parses them. A cache hit already holds the serialized graph (the
 entry's payload), so parsing it into a Python GraphDef only to serialize it again costs two passes over
-every weight: on a frozen ResNet50 (100 MB) that is most of the import (see benchmarks/cold_warm.py,
-"parts"). ``import_serialized`` hands the payload to the same C API call (``TF_GraphImportGraphDefWithResults``)
-and then does what ``import_graph_def`` does after it: wraps the new operations in Python (device and
+every weight: on a big frozen model that is most of the import (the hit path's step table in
+benchmarks/results/RESULTS.md, written by benchmarks/cold_warm.py's "parts"). ``import_serialized`` hands the
+payload to the same C API call (``TF_GraphImportGraphDefWithResults``) and then does what ``import_graph_def`` does after it: wraps the new operations in Python (device and
 colocation handling included) and registers the library's functions with the Python graph.
 
 It uses TensorFlow's C API bindings (``pywrap_tf_session``) and one private helper of its importer

@@ -36,14 +36,14 @@ PART_ORDER = ("graph", "feeds", "fetches", "targets", "options", "identity")
 # The fast key (exact_key) is tried on graphs of at least this many nodes: smaller ones canonicalize in a few
 # milliseconds, less than an alias entry's read costs.
 FAST_MIN_NODES = 500
-# The fast key's budget, in serialized bytes per node. Canonical ids cost ~16 us of Python work a node
-# (keras.applications models, TF 2.21, these 2-core machines: NASNetMobile 4,588 nodes 87 ms, DenseNet121
-# 3,521 nodes 66 ms) and both keys pay per byte of weights. Exact bytes are cheaper on real models' weights
-# (CPU ms, exact vs canonical: ResNet50 56 KB a node 16 vs 36, Xception 99 KB a node 16.5 vs 34) and dearer on
-# a few huge tensors, whose serialization faults fresh pages every time (541 nodes around one 67 MB constant,
-# 124 KB a node: 78 vs 46). Bytes, not time, so the choice is the graph's own and every miss of a graph locks
-# the same key (a CPU-time budget once flipped ResNet50's choice under load, and it was compiled twice).
-FAST_BYTES_PER_NODE = 112 * 1024  # between Xception (99 KB) and the 124 KB above
+# The fast key's budget, in serialized bytes per node. Canonical ids cost Python work per node and both keys
+# pay per byte of weights. Exact bytes are cheaper on real models' weights and dearer on a few huge tensors,
+# whose serialization faults fresh pages every time; the budget lies between the densest keras.applications
+# model (Xception), where exact bytes still win, and the lightest such graph tried where they lost (the
+# fingerprint table of benchmarks/results/RESULTS.md times both keys on every benchmark model). Bytes, not
+# time, so the choice is the graph's own and every miss of a graph locks the same key (a CPU-time budget once
+# flipped a model's choice under load, and it was compiled twice).
+FAST_BYTES_PER_NODE = 112 * 1024
 
 
 class Fingerprint:
@@ -122,7 +122,7 @@ def flight_key(view: GraphView, options: Any, identity: dict[str, Any]) -> str:
     """The lock a first-ever miss compiles under (cache.py), never an entry's key: ``compute``'s parts with the
     graph part a hash of the fan-in's node names (``view.reachable``, which GraphView has already sorted). No
     node is read again: the canonical key hashes every weight and exact_key serializes them, and even a pass
-    over each node's op, device and inputs cost 2 ms on MobileNetV2 and 8 ms on NASNetMobile. The same graph
+    over each node's op, device and inputs shows in a first-ever miss's time. The same graph
     gives the same lock in every process; graphs whose fan-ins have the same names share it, which only makes
     their first compiles wait for each other (the lock is one of 256 stripes anyway)."""
     names = "\n".join(view.reachable)
@@ -132,7 +132,7 @@ def flight_key(view: GraphView, options: Any, identity: dict[str, Any]) -> str:
 def exact_key(view: GraphView, options: Any, identity: dict[str, Any]) -> str | None:
     """The fast key of a node-heavy graph: ``compute``'s named parts with the graph part the hash of its
     exact serialization (graphs.exact_hash: names included, so sound, just stricter), mapped to the
-    canonical key by an alias entry (cache.py). Canonical ids cost Python work per node (~16 us), exact bytes
+    canonical key by an alias entry (cache.py). Canonical ids cost Python work per node, exact bytes
     mostly a copy per byte, so the fast key pays on graphs of many small nodes and not on a few huge
     weights: None for graphs under FAST_MIN_NODES nodes, and for graphs over FAST_BYTES_PER_NODE serialized
     bytes a node (weight-heavy graphs, whose bytes cost more to hash than their canonical form)."""

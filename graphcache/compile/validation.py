@@ -6,10 +6,8 @@ error. So a miss imports the graph once before compiling it, and that import als
 static shapes of the feeds and fetches that Grappler's signature needs (compile/compilers/grappler.py).
 
 That import used to be ``tf.graph_util.import_graph_def``. Its Python half (an ``Operation`` object per
-node, device functions, colocation bookkeeping) was 80% of its cost and learns nothing a check needs.
-Measured, CPU seconds of the first validation in a fresh process, old -> new: ResNet50 0.124 -> 0.021,
-MobileNetV2 0.057 -> 0.012, BERT-base 0.278 -> 0.022 (``benchmarks/miss_parts.py`` times it on every
-miss as its "validation" row).
+node, device functions, colocation bookkeeping) was most of its cost and learns nothing a check needs
+(``benchmarks/miss_parts.py`` times the validation on every miss as its "validation" row).
 ``validate`` now calls TensorFlow's C importer directly (``TF_GraphImportGraphDefWithResults``, with the
 options ``import_graph_def`` sets), asks it for the signature's tensors as return outputs, and wraps
 only their ops in Python to read dtype and shape. Where this TensorFlow lacks one of those pieces, it
@@ -18,7 +16,7 @@ falls back to ``import_graph_def``.
 What is imported is a light copy: constants of more than ``LIGHT_TENSOR`` bytes keep their dtype and
 shape (all that shape inference reads from a constant that big) but not their contents, so the check
 copies no weights. Whether a constant is big is read from its shape, not its serialized size: protobuf's
-``ByteSize`` serializes the tensor to measure it (0.17 s for BERT-base's 434 MB of weights).
+``ByteSize`` serializes the tensor to measure it (a pass over every weight).
 """
 
 from __future__ import annotations

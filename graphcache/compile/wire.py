@@ -1,6 +1,6 @@
 """Protobuf's wire format, read and written by hand where parsing a whole message would cost too much.
 
-A serialized GraphDef of a frozen model is mostly weights (100 MB for ResNet50): reading its op types, or
+A serialized GraphDef of a frozen model is mostly weights: reading its op types, or
 finding its function library, needs a walk over the field framing only (importing.py). XLA cache files
 are checked the same way (xla/files.py).
 """

@@ -1,7 +1,7 @@
 """Entry writes that overlap with the caller's first run.
 
-A miss on a big graph ends with writing its entry: for a 100 MB ResNet50 that is ~0.3 s of copying into
-the page cache and fsync, time the caller would otherwise spend waiting before it can import and run the
+A miss on a big graph ends with writing its entry: copying a payload of hundreds of MB into the page cache
+and an fsync, time the caller would otherwise spend waiting before it can import and run the
 graph it already has in hand. GraphCache hands such writes to a thread together with the key's compile
 lock, which the thread releases once the entry is stored: other processes and threads asking for the
 key keep waiting on the lock and then load the entry, so single flight holds.
@@ -9,8 +9,8 @@ key keep waiting on the lock and then load the entry, so single flight holds.
 A write does not start at once: it waits for its gate, which the caller opens when its first run of the
 graph is over (``CompiledGraph.first_run_done``: ``compiled.session()`` and graphcache.Session open it
 themselves), or for a grace of at most a few seconds. Started at once, the write's Python half (the node
-table, the index rows, garbage collections) took the GIL from the caller's import and first run: on
-DenseNet121 the miss's ``session()`` took 0.114 s instead of 0.042 s (benchmarks/cold_warm.py). Waiting for
+table, the index rows, garbage collections) took the GIL from the caller's import and first run, which
+then took about twice as long (the miss's ``session()`` step in benchmarks/cold_warm.py). Waiting for
 the writes (``wait``, ``flush()``, the management calls, the exit drain) opens every gate first.
 
 Nothing is lost at exit: pending writes are joined by the exit drain (exits.py), before it waits for

@@ -1,7 +1,7 @@
 """CacheDir: one cache directory's files, index and counters, managed without TensorFlow.
 
 The CLI's ``ls``, ``stats``, ``show``, ``purge`` and ``verify`` work through this class only, so they
-never import TensorFlow (which alone takes over 2 s to import). The current compiler version comes
+never import TensorFlow (which alone takes seconds to import). The current compiler version comes
 from the index's manifest (the version most recently opened by a GraphCache).
 
 The index heals here: one found unreadable, at open or by any later operation, is rebuilt from the entry

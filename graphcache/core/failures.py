@@ -25,7 +25,7 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.
 # opposed to a bug or a bad graph: only these are failed open. ``STORAGE_ERRORS`` is (OSError, sqlite3.Error),
 # made at its first use.
 def __getattr__(name: str) -> Any:
-    """``STORAGE_ERRORS``, made when first asked for: it names sqlite3's Error, and importing sqlite3 (~3 ms)
+    """``STORAGE_ERRORS``, made when first asked for: it names sqlite3's Error, and importing sqlite3
     is for processes that open the index, not for every ``GraphCache(dir)``. Code on that path refers to it
     as ``failures.STORAGE_ERRORS`` inside ``except`` clauses, which Python evaluates only once something
     was raised (and then loading sqlite3 costs nothing that matters)."""

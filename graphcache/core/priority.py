@@ -1,8 +1,8 @@
 """Background work at a lower CPU priority than the caller's.
 
-graphcache does some of its work in threads while the caller goes on: a big miss's entry write (0.1 s of
-CPU for ResNet50, 0.5 s for BERT-base) overlaps the caller's import and first run, a SavedModel miss's
-build (5 s for ResNet50) overlaps its next calls. On a machine with few cores that work competes with
+graphcache does some of its work in threads while the caller goes on: a big miss's entry write overlaps
+the caller's import and first run, a SavedModel miss's build (seconds of freezing and compiling) overlaps
+its next calls. On a machine with few cores that work competes with
 the caller's own TensorFlow threads for them; it is never more urgent than the caller, so its thread runs
 at a raised nice value (Linux: nice is per thread; elsewhere it is per process, so nothing is changed).
 The work still gets the cores the caller leaves idle, and all of them once the caller waits.

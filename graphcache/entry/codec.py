@@ -21,9 +21,9 @@ someone who can write to a shared cache or remote. A reader checks the magic, th
 the lengths, and that the header's ``key`` is the key it asked for (so a file copied or renamed onto the
 wrong key is caught). Headers can be read alone (``read_header``) for listing without touching payloads.
 
-Compression: weights barely compress (a frozen ResNet50 shrinks ~10% at zstd level 3) while decompressing
-100 MB costs ~0.2 s, longer than the optimized graph's whole first run. So the payload is compressed only
-when a sample of it shrinks below ``COMPRESS_WORTHWHILE`` of its size.
+Compression: weights barely compress, while decompressing a frozen model's payload takes longer than the
+optimized graph's whole first run (benchmarks/results/RESULTS.md's zstd section has the trade-off). So the
+payload is compressed only when a sample of it shrinks below ``COMPRESS_WORTHWHILE`` of its size.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class EntryHeader:
     """What an entry says about itself (the JSON header). Immutable: ``replace`` gives a changed copy.
 
     A plain class rather than a dataclass: every process that opens a cache imports this module, and
-    creating a frozen dataclass of ten fields costs ~1 ms (its methods are generated and exec'd).
+    creating a frozen dataclass costs a measurable share of that import (its methods are generated and exec'd).
     """
 
     __slots__ = ("key", "version", "identity", "name", "kind", "created", "compile_seconds", "payload_size",
@@ -140,7 +140,7 @@ def encode(header: EntryHeader, payload: bytes, *, compress: bool | None = None,
 def encode_parts(header: EntryHeader, payload: bytes, *, compress: bool | None = None, level: int = ZSTD_LEVEL,
                  signing_key: bytes | None = None) -> tuple[bytes, bytes]:
     """``encode`` as (prefix + header, stored payload): written one after the other they are the entry
-    file, and an uncompressed payload is not copied (joining 100 MB costs as much as writing it)."""
+    file, and an uncompressed payload is not copied (joining a big payload costs as much as writing it)."""
     if compress is None:
         compress = _worth_compressing(payload)
     header = header.replace(payload_size=len(payload))

@@ -123,7 +123,7 @@ class FunctionCall:
 
     def start_canonical(self) -> None:
         """Compute the canonical key in a thread now (priority.start_early): a miss starts it before its call,
-        so the pass over every node (~160 ms on an ~8,000-node function) runs while TensorFlow optimizes the
+        so the pass over every node runs while TensorFlow optimizes the
         function in C++ (the GIL released) instead of after the first result, where a short process waited
         for it at exit."""
         if self._canonical is None:  # not already computed by the lookup (a cache that may hold the entry)
@@ -184,7 +184,7 @@ def _renamed_alone(data: bytes) -> bytes | None:
     """``data`` (a FunctionDef serialized deterministically) as the same FunctionDef renamed ``f0`` serializes,
     or None where that cannot be read off the bytes. protobuf writes fields in field-number order, so the
     signature comes first and its name first within it: the bytes are rebuilt around a new name instead of
-    copying the function (~6.5 ms on an ~8,000-node function) and renaming it (another pass over its op types).
+    copying the function (a deep copy of every node) and renaming it (another pass over its op types).
     tests/test_function_names.py checks the result against the copy that is renamed and serialized."""
     if data[:1] != b"\x0a":  # field 1, length-delimited: the signature
         return None

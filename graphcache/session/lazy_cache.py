@@ -63,7 +63,7 @@ class SessionCache:
 
     def _count_in_index(self, reasons: list[str]) -> None:
         """The counts of a session that never compiled, added to the dir's index alone: opening a GraphCache
-        for them would load the whole compile path (~20 ms) into a process that never needed it."""
+        for them would load the whole compile path into a process that never needed it."""
         from ..core import settings
         from ..core.cachedir import CacheDir
         from ..core.counters import UNCACHEABLE_PREFIX

@@ -1,8 +1,9 @@
 """A Session's miss compiled by running it the plain TensorFlow way, and the compiled graph kept as the entry.
 
 Compiling a miss offline (Grappler through ``TF_OptimizeGraphSerialized``) holds several serialized copies of
-the graph at once, on top of what the session already keeps: a frozen ResNet50's 4-signature Session peaked
-at 1.22x plain TensorFlow and took 1.7x its time (benchmarks/session_collect_probe.py). So a miss runs the
+the graph at once, on top of what the session already keeps: a Session with several signatures of a big
+frozen model peaked well above plain TensorFlow, and took longer (benchmarks/session_collect_probe.py compares
+both routes: benchmarks/results/session_collect_probe.txt). So a miss runs the
 signature on the Session's own TensorFlow session, over the user's graph, as plain TensorFlow would, asking
 for the graph its executor runs (``RunOptions.output_partition_graphs``); compile/collected.py makes that
 importable and GraphCache stores it under the signature's key (``compile_by_running``). The signature keeps

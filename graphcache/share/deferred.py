@@ -2,10 +2,10 @@
 
 A SavedModel miss (saved_model.py) answers from TensorFlow's own loaded SavedModel, as plain TensorFlow
 would, and builds the entry later processes hit (freeze, compile, write the alias) here instead of before
-the first answer: 5 s of CPU for ResNet50 that the first call no longer waits for.
+the first answer: seconds of CPU on a big model that the first call no longer waits for.
 
 - **When**: ``start()`` is called by whoever knows the moment is right (saved_model.py: once the first
-  call has returned; started with the load, the build slowed that call by 10-20% on 2 cores); ``wait()``
+  call has returned; started with the load, the build competed with that call for the cores); ``wait()``
   starts it too, and so does the exit drain for a build still waiting there (stage ``functions``, before
   ``writes`` joins it), so a process that never made the call still leaves the entry behind. A build whose
   owner was dropped unstarted never runs.

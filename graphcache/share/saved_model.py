@@ -8,8 +8,8 @@ signature function, exactly as without graphcache. Once the first call has retur
 (deferred.py) freezes the signature's concrete function (``convert_variables_to_constants_v2``),
 compiles it through the cache like any graph and writes a small **alias** entry (``kind="saved_model"``)
 under a lookup key that TensorFlow never has to compute: a hash of the SavedModel's *files* plus the
-signature key and the compiler identity. The build is off the caller's path (ResNet50: 5 s of freeze and
-compile that the first answer no longer waits for) and the process's exit waits for it. The next process
+signature key and the compiler identity. The build is off the caller's path (the freeze and the compile,
+seconds on a big model, are not waited for by the first answer) and the process's exit waits for it. The next process
 hashes the files, finds the alias, and goes straight to the compiled graph entry: no SavedModel load, no
 freeze, no fingerprint of the graph, no compile.
 
@@ -110,7 +110,7 @@ def model_files(path: str | os.PathLike[str]) -> list[Path]:
 
 def _file_hash(path: Path) -> str:
     """xxh3-128 of a file's bytes, read into one reused buffer (a chunk hashed while it is still in the CPU's
-    cache: 100 MB of ResNet50 variables in 16 ms instead of 22 ms in fresh 8 MB chunks). Not a memory map:
+    cache, which is faster than hashing fresh chunks). Not a memory map:
     a file truncated while mapped kills the process (SIGBUS), a file truncated while read is an error."""
     hasher = xxhash.xxh3_128()
     buffer = bytearray(_HASH_CHUNK)

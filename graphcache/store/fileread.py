@@ -1,18 +1,18 @@
 """Reading a byte range of a file into a new ``bytes`` object, with as few passes over memory as possible.
 
-An entry's payload (a 100 MB ResNet50, a 434 MB BERT) is read once per hit and handed to TensorFlow's
+An entry's payload (hundreds of MB for a big frozen model) is read once per hit and handed to TensorFlow's
 importer as ``bytes``. How it is read decides what a hit's read costs:
 
 - ``BufferedReader.read()`` after a short read of the prefix (what ``open(path, "rb")`` gives) returns
-  what it had buffered joined with the rest: the whole payload is copied a second time (measured: a 100 MB
-  read took 2x a plain read);
+  what it had buffered joined with the rest: the whole payload is copied a second time, which doubles
+  the read;
 - ``os.pread(fd, n, offset)`` allocates a ``bytes`` of exactly ``n`` bytes and the kernel copies the page
   cache into it: one copy, no join. Most of its cost is the page faults of that new, untouched memory
   (one per 4 KiB page, each zeroing its page);
 - the same read into a ``bytes`` whose memory was populated first in one call
   (``madvise(MADV_POPULATE_WRITE)``, Linux 5.14+): the kernel maps all its pages at once instead of
-  trapping once per page. ~20% less CPU than ``os.pread`` on 100 MB here
-  (``benchmarks/store_vs_diskcache.py``).
+  trapping once per page. Less CPU than ``os.pread`` (the store table of benchmarks/results/RESULTS.md,
+  written by ``benchmarks/store_vs_diskcache.py``).
 
 The last one needs the new ``bytes`` object's address before it is filled: the C API's own idiom for
 building a ``bytes`` (``PyBytes_FromStringAndSize(NULL, n)`` returns one whose contents the caller
@@ -81,7 +81,7 @@ def read_range(fd: int, size: int, offset: int, hasher: Any = None) -> bytes:
 
     ``hasher`` (anything with ``update``, e.g. an xxh3 object), when given, is fed exactly the bytes
     returned, each ``HASH_CHUNK`` right after it is read, while it is still in the CPU's cache: a
-    checksum of a 100 MB payload then costs less than a second pass over memory.
+    checksum of a big payload then costs less than a second pass over memory.
     """
     if size < POPULATE_FROM or _NATIVE is None:
         data = pread_all(fd, size, offset)

@@ -64,7 +64,7 @@ class LocalStore(Store):
 
     def lock(self, key: str, timeout: float) -> filelock.FileLock:
         """The striped lock guarding ``key``'s compile. Never deleted (see module docstring)."""
-        import filelock  # ~7 ms to import: paid by the first compile, not by every process that opens a cache
+        import filelock  # its import is paid by the first compile, not by every process that opens a cache
 
         self.locks_dir.mkdir(parents=True, exist_ok=True)
         return filelock.FileLock(str(self.locks_dir / f"{key[:2]}.lock"), timeout=timeout, thread_local=False)
@@ -88,7 +88,7 @@ class LocalStore(Store):
 
     def read_parts(self, key: str, hasher: Any = None) -> tuple[bytes, bytes] | None:
         """The entry as (prefix + header, stored payload), each its own ``bytes``: the payload then goes to
-        TensorFlow without being copied out of the whole file's bytes (100 MB for ResNet50). ``hasher`` is
+        TensorFlow without being copied out of the whole file's bytes. ``hasher`` is
         fed the stored payload as it is read (fileread.read_range).
 
         Two reads: the first ``HEAD_READ`` bytes (prefix, header and, for a small entry, everything), then the

@@ -26,5 +26,5 @@ class Compiler(abc.ABC):
     def compile_serialized(self, graph_def: graph_pb2.GraphDef, tf_graph: Any, signature: Signature,
                            config: Any = None) -> bytes:
         """``compile``, returning the compiled GraphDef serialized. Backends that get bytes from TensorFlow
-        override this to skip a parse and a serialization of the (possibly 100 MB) result."""
+        override this to skip a parse and a serialization of the (possibly large) result."""
         return graphs.serialize(self.compile(graph_def, tf_graph, signature, config))

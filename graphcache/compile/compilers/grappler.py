@@ -1,8 +1,8 @@
 """The Grappler backend: TensorFlow's meta-optimizer run offline, as a session would run it.
 
 ``tf_optimizer.OptimizeGraph`` without a cluster builds Grappler's default (single-machine) cluster,
-which cost 1.87 s on the first call for ResNet50. A virtual cluster described by its devices is built
-once per process and costs almost nothing; the rewriters that matter (pruning, constant folding,
+which costs seconds on a process's first call for a big model. A virtual cluster described by its devices
+is built once per process and costs almost nothing; the rewriters that matter (pruning, constant folding,
 remapping, arithmetic, layout) do not measure the hardware, they read its description.
 
 Feeds are declared to Grappler through a signature with dtypes and shapes: an undeclared fed tensor that
@@ -110,8 +110,9 @@ def _without_tfg_hook(config: config_pb2.ConfigProto) -> config_pb2.ConfigProto:
     converts the graph to MLIR's TFG dialect and back on every meta-optimizer iteration; TensorFlow documents it
     as running no optimization of its own. On the models tested it changes no node of the compiled graph
     (folded constants kept bit for bit, stored as repeated values rather than ``tensor_content``:
-    tests/test_miss_path.py). With it off, DenseNet121's first-ever miss took 0.92x the time, MobileNetV2's moved
-    less than the noise (benchmarks/first_ever_ab-fd77f49.txt). It is in the backend's options (``tfg_hook``),
+    tests/test_miss_path.py), and with it off a first-ever miss is faster on some models and no slower on the
+    others (benchmarks/results/first_ever_ab.txt, written by benchmarks/first_ever_ab.py). It is in the
+    backend's options (``tfg_hook``),
     so entries compiled with it and without it never mix."""
     out = config_pb2.ConfigProto()
     out.CopyFrom(config)

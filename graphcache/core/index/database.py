@@ -19,8 +19,8 @@ an entry row, -wal/-shm files that cannot be opened) raises :class:`IndexCorrupt
 ``on_corrupt`` (CacheDir) rebuilds the index, and the operation that failed runs once more on the new one.
 Opening compares the stored schema with graphcache's (a flipped byte in a trigger's text passes SQLite's
 checks and fails, or miscounts, only when a write fires it) and, with ``quick_check``, runs SQLite's quick
-check, which reads every page (0.6 ms empty, 6.5 ms at 10k rows, 23 ms at 50k): the CLI's views do, a
-GraphCache does not (every process would pay it). Its damage is found by the operation that reads it
+check, which reads every page (its time grows with the rows): the CLI's views do, a GraphCache does not
+(every process would pay it). Its damage is found by the operation that reads it
 (``classify``: rebuilt through ``on_corrupt``) or by :meth:`CacheIndex.check` (SQLite's integrity check,
 rows, totals, counters), which the periodic check (CacheDir.converge) and ``verify`` run.
 
