@@ -14,8 +14,8 @@ Modes: ``none``; ``audit`` (recording.record() around the trace, as a miss does)
 profile callback that notes each code object); ``cprofile`` (``cProfile.Profile``). Only the trace is timed
 (``get_concrete_function``), TensorFlow's and Keras' imports and the model's construction are not.
 
-    python benchmarks/recording_cost.py                 # --runs 5, writes benchmarks/results/recording_cost.txt
-    python benchmarks/recording_cost.py --runs 3 --out -
+    python benchmarks/recording_cost.py --runs 3        # also writes benchmarks/results/recording_cost.txt
+    python benchmarks/recording_cost.py --runs 1 --out -
 """
 
 from __future__ import annotations
@@ -29,7 +29,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+
+ROOT = common.REPO_ROOT
 MODES = ("none", "audit", "setprofile", "cprofile")
 WORKLOADS = ("deep", "mobilenet")
 
@@ -94,16 +98,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--blocks", type=int, default=300)
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "recording_cost.txt"),
-                        help="where the table goes ('-': stdout only)")
+    common.add_out_argument(parser, "recording_cost")
     args = parser.parse_args()
+    with common.teed_stdout(args.out, args.append):
+        measure(args)
+
+
+def measure(args: argparse.Namespace) -> None:
     times: dict[tuple[str, str], list[float]] = {(w, m): [] for w in WORKLOADS for m in MODES}
     for _ in range(args.runs):  # rounds interleave the modes, so drift on a shared machine falls on all alike
         for workload in WORKLOADS:
             for mode in MODES:
                 times[workload, mode].append(run_child(mode, workload, args.blocks))
-    lines = [f"# benchmarks/recording_cost.py --runs {args.runs} --blocks {args.blocks} "
-             f"(Python {platform.python_version()}, {os.cpu_count()} CPUs): median tracing seconds, ratio to none",
+    lines = [f"# Python {platform.python_version()}, {os.cpu_count()} CPUs: median tracing seconds of {args.runs} fresh "
+             "processes, and the ratio to none",
              f"{'workload':<10}" + "".join(f"{mode:>18}" for mode in MODES)]
     for workload in WORKLOADS:
         base = statistics.median(times[workload, "none"])
@@ -112,11 +120,7 @@ def main() -> None:
             median = statistics.median(times[workload, mode])
             cells.append(f"{median:8.3f} s {median / base:5.2f}x")
         lines.append(f"{workload:<10}" + "".join(f"{cell:>18}" for cell in cells))
-    text = "\n".join(lines) + "\n"
-    print(text, end="")
-    if args.out != "-":
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -50,7 +50,8 @@ from tensorflow.python.module import module as module_lib
 from tensorflow.python.trackable import autotrackable
 from tensorflow.python.trackable import base as trackable_base
 
-from .walk import ATTRIBUTE_LOADS, ATTRIBUTE_WRITES, Uncacheable, Walk, chain_after, code_objects, is_library
+from .bytecode import ATTRIBUTE_LOADS, ATTRIBUTE_WRITES, chain_after, code_objects
+from .walk import Uncacheable, Walk, is_library
 
 REASON = "method"
 MAX_DEPTH = 16

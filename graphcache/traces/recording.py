@@ -14,8 +14,8 @@ runs, and refused (``recorded``) when it:
 - raised any **other audit event** not in ``HARMLESS_EVENTS`` (sockets, subprocesses, directory listings,
   unpickling, ``ctypes``, ...).
 
-Cost: the audit hook is added once per process, at the first miss; it cannot be removed (PEP 578), so it
-returns at once unless this thread is recording. Python 3.11 has no cheap way to see every function a
+Cost: the audit hook and the environment watch are added once per process, at the first miss, and stay (a hook
+cannot be removed, PEP 578); both return at once unless this thread is recording. Python 3.11 has no cheap way to see every function a
 trace runs (a profile hook doubles tracing time; 3.12's ``sys.monitoring`` does not), which is why this
 records events, not calls.
 """
@@ -30,6 +30,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from .. import runtime
 from .trust import is_trusted
 
 # Audit events that read no outside state (introspection, compilation of code the key already holds).
@@ -46,9 +47,8 @@ ALLOWED_ENV = {
 SOURCE_SUFFIXES = (".py", ".pyc", ".so")
 AUTOGRAPH_PREFIX = "__autograph_generated_file"
 
-_state = threading.local()
-_installed = threading.Lock()
-_hooked = False
+PATCH = "trace_recording"  # runtime.state.patched: the audit hook and os.environ's watched class, once a process
+_state = threading.local()  # .record: the Record of the trace this thread is running, if any
 
 
 class Record:
@@ -115,41 +115,34 @@ class _WatchedEnviron(type(os.environ)):  # type: ignore[misc]
         return super().__iter__()
 
 
-_watching = 0
-_watch_lock = threading.Lock()
-
-
 def _install() -> None:
-    global _hooked
-    with _installed:
-        if not _hooked:
-            sys.addaudithook(_audit)
-            _hooked = True
+    """The audit hook and the watch on ``os.environ``, once a process (neither can be taken back safely: a hook
+    never can, and another thread may be reading the environment): both pass everything on unless this thread
+    is recording."""
+    with runtime.state.lock:
+        if PATCH in runtime.state.patched:
+            return
+        sys.addaudithook(_audit)
+        original = type(os.environ)
+        if original is _WatchedEnviron.__mro__[1]:
+            os.environ.__class__ = _WatchedEnviron
+        runtime.state.patched[PATCH] = original
 
 
 @contextlib.contextmanager
 def record() -> Iterator[Record]:
     """Record what the code run inside does (this thread only; nested records share the outer one)."""
-    global _watching
     outer = getattr(_state, "record", None)
     if outer is not None:
         yield outer
         return
     _install()
     current = Record()
-    with _watch_lock:
-        if _watching == 0 and type(os.environ) is not _WatchedEnviron:
-            os.environ.__class__ = _WatchedEnviron
-        _watching += 1
     _state.record = current
     try:
         yield current
     finally:
         _state.record = None
-        with _watch_lock:
-            _watching -= 1
-            if _watching == 0 and type(os.environ) is _WatchedEnviron:
-                os.environ.__class__ = _WatchedEnviron.__mro__[1]
 
 
 __all__ = ["ALLOWED_ENV", "HARMLESS_EVENTS", "Record", "record"]

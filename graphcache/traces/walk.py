@@ -38,12 +38,10 @@ is not stored either. A tf.function *method* adds its object to this walk (insta
 from __future__ import annotations
 
 import builtins
-import dis
 import enum
 import functools
 import sys
 import types
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -53,6 +51,7 @@ from tensorflow.python.framework import dtypes, ops, tensor_shape
 from tensorflow.python.framework import tensor as tensor_lib
 from tensorflow.python.ops import resource_variable_ops
 
+from .bytecode import Reads, membership_only, scan
 from .trust import is_trusted, trust_of
 
 # Builtins a traced function may call: none of them has a side effect or a per-process result.
@@ -64,10 +63,6 @@ SAFE_BUILTINS = frozenset({
     "staticmethod", "str", "sum", "super", "tuple", "type", "zip", "None", "True", "False", "Ellipsis",
     "NotImplemented", "__build_class__", "__name__",
 })
-GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
-NAMED_LOADS = GLOBAL_LOADS | {"LOAD_DEREF", "LOAD_CLASSDEREF"}  # a global or a closure cell, by name
-GLOBAL_STORES = frozenset({"STORE_GLOBAL", "DELETE_GLOBAL"})
-CELL_STORES = frozenset({"STORE_DEREF", "DELETE_DEREF"})
 # Library modules whose functions read or change process state (the environment, the clock, random
 # generators, files, threads): a trace that reaches them could bake a value of this process only.
 STATEFUL_MODULES = frozenset({
@@ -88,10 +83,6 @@ STATEFUL_SUBMODULES = frozenset({
 # Trusted functions that read files but carry their package's top-level name as __module__ (NumPy's).
 STATE_READERS = {"numpy": ("load", "loadtxt", "genfromtxt", "fromfile", "fromregex", "memmap", "save", "savez",
                            "savez_compressed", "savetxt", "DataSource")}
-ATTRIBUTE_LOADS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
-ATTRIBUTE_WRITES = frozenset({"STORE_ATTR", "DELETE_ATTR"})
-SET_OPS = frozenset({"BUILD_SET", "SET_ADD", "SET_UPDATE"})  # a set literal, a set comprehension
-SET_BUILDERS = frozenset({"set", "frozenset"})
 MAX_GUARDS = 4096  # reads noted for `graphcache misses` per trace (the key holds them all)
 GUARD_TEXT = 60  # characters of a value's repr noted
 MAX_VALUE_BYTES = 64 * 2**20  # eager tensors and arrays hashed by value up to this size
@@ -115,18 +106,6 @@ class Uncacheable(Exception):
 def is_library(module_name: str) -> bool:
     """Whether a module's code is named rather than walked: trusted by trust.py's allowlist."""
     return is_trusted(module_name)
-
-
-@dataclass
-class Reads:
-    """What a code object (nested code included) reads by name: globals in first-use order, the attribute
-    chains read straight off each global or closure cell (``mylib.SCALE`` -> ``("SCALE",)``), the names also
-    used otherwise (``bare``: loaded and handed on, called, compared), and where it builds a set."""
-
-    globals: list[str] = field(default_factory=list)
-    chains: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
-    bare: set[str] = field(default_factory=set)
-    builds_set: bool = False
 
 
 class Walk:
@@ -273,38 +252,13 @@ class Walk:
             self._class(cls, _join(path, "class"))
 
     def reads(self, code: types.CodeType, enclosing: frozenset[str], path: str) -> Reads:
-        """What ``code`` (nested code included) reads by name (``Reads``); refuses code that assigns globals,
+        """What ``code`` (nested code included) reads by name (bytecode.py); refuses code that assigns globals,
         variables of an enclosing scope or attributes of what it reads, and notes the modules it imports."""
-        found = Reads()
-        order: dict[str, None] = {}
-        for current in code_objects(code):
-            own_cells = set(current.co_cellvars)
-            instructions = list(dis.get_instructions(current))
-            for index, ins in enumerate(instructions):
-                if ins.opname in GLOBAL_LOADS:
-                    order[ins.argval] = None
-                    if ins.argval in SET_BUILDERS:
-                        found.builds_set = True
-                elif ins.opname in SET_OPS and not _membership_test(instructions, index):
-                    found.builds_set = True
-                elif ins.opname in GLOBAL_STORES:
-                    raise Uncacheable("writes_state", f"{_where(path)} assigns the global {ins.argval!r}")
-                elif ins.opname in CELL_STORES and ins.argval in enclosing and ins.argval not in own_cells:
-                    raise Uncacheable("writes_state", f"{_where(path)} assigns {ins.argval!r} of an enclosing scope")
-                elif ins.opname == "IMPORT_NAME":
-                    self._imported(str(ins.argval), path)
-                if ins.opname not in NAMED_LOADS or (ins.opname != "LOAD_GLOBAL" and ins.argval in own_cells):
-                    continue
-                chain = chain_after(instructions, index)
-                if chain is None:
-                    raise Uncacheable("writes_state", f"{_where(path)} assigns an attribute of {ins.argval!r}")
-                if chain:
-                    found.chains.setdefault(ins.argval, [])
-                    if chain not in found.chains[ins.argval]:
-                        found.chains[ins.argval].append(chain)
-                else:
-                    found.bare.add(ins.argval)
-        found.globals = list(order)
+        found = scan(code, enclosing)
+        if found.writes:
+            raise Uncacheable("writes_state", f"{_where(path)} assigns {found.writes[0]}")
+        for name in found.imports:
+            self._imported(name, path)
         return found
 
     def _imported(self, name: str, path: str) -> None:
@@ -322,7 +276,7 @@ class Walk:
             hasher.update(len(data).to_bytes(8, "little"))
             hasher.update(data)
         consts = []
-        membership = _membership_only(code)
+        membership = membership_only(code)
         for index, const in enumerate(code.co_consts):
             if isinstance(const, types.CodeType):
                 consts.append("code:" + self.code_hash(const))
@@ -562,57 +516,8 @@ def _library_export(obj: Any) -> bool:
     return found is obj
 
 
-def chain_after(instructions: list[dis.Instruction], index: int) -> tuple[str, ...] | None:
-    """The attribute names read straight after the load at ``index`` (``()``: none, the value is used otherwise;
-    a method load ends a chain); None when the load is the target of an attribute assignment (``mod.x = 1``,
-    ``mod.x += 1``)."""
-    chain: list[str] = []
-    position = index + 1
-    while position < len(instructions) and instructions[position].opname in ATTRIBUTE_LOADS:
-        chain.append(str(instructions[position].argval))
-        position += 1
-        if instructions[position - 1].opname == "LOAD_METHOD":
-            break
-    after = instructions[position] if position < len(instructions) else None
-    if after is not None and after.opname in ATTRIBUTE_WRITES:
-        return None
-    if not chain and after is not None and after.opname == "COPY":  # `x.a += 1`: COPY, LOAD_ATTR, ..., STORE_ATTR
-        following = instructions[position + 1:position + 8]
-        if following and following[0].opname == "LOAD_ATTR" and any(
-                ins.opname == "STORE_ATTR" and ins.argval == following[0].argval for ins in following):
-            return None
-    return tuple(chain)
-
-
-def _membership_test(instructions: list[dis.Instruction], index: int) -> bool:
-    """A set built only to test membership (``x in {a, b}``): its order is never read."""
-    after = instructions[index + 1] if index + 1 < len(instructions) else None
-    return instructions[index].opname == "BUILD_SET" and after is not None and after.opname == "CONTAINS_OP"
-
-
 def _is_sunder(name: str) -> bool:
     return len(name) > 2 and name[0] == name[-1] == "_" and name[1] != "_" and name[-2] != "_"
-
-
-def code_objects(code: types.CodeType) -> list[types.CodeType]:
-    """``code`` and every code object nested in its constants (functions, comprehensions, classes)."""
-    found = [code]
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            found.extend(code_objects(const))
-    return found
-
-
-def _membership_only(code: types.CodeType) -> set[int]:
-    """Indexes of the frozenset constants of ``code`` that are only tested for membership (``x in {...}``):
-    their iteration order (a str's hash is seeded per process) cannot reach a trace."""
-    used: dict[int, bool] = {}
-    instructions = list(dis.get_instructions(code))
-    for ins, after in zip(instructions, [*instructions[1:], None], strict=True):
-        if ins.opname == "LOAD_CONST" and isinstance(ins.argval, frozenset):
-            only = after is not None and after.opname == "CONTAINS_OP"
-            used[ins.arg] = used.get(ins.arg, True) and only
-    return {index for index, only in used.items() if only}
 
 
 NAMEDTUPLE_MEMBERS = frozenset({"__doc__", "__getnewargs__", "__match_args__", "__module__", "__new__", "__repr__",
