@@ -301,7 +301,7 @@ class TraceCache:
         detail = f"trace not cacheable ({exc.reason}): {exc.detail}"
         if self.cache.strict:
             self._record_miss(name, None, detail)
-        else:  # off the caller's path: the first record opens the index (12-30 ms), e.g. in a SavedModel's first call
+        else:  # off the caller's path: the first record opens the index, e.g. in a SavedModel's first call
             self.cache.start_write(self._record_miss, name, None, detail)
 
     def _record_miss(self, name: str, key: keying.TraceKey | None, detail: str = "") -> None:

@@ -2,8 +2,9 @@
 when something asks for it.
 
 Why. Rebuilding a real FuncGraph from FunctionDefs (the SavedModel loader's path,
-``function_deserialization.load_function_def_library``) creates a Python Operation per node: about 0.16 ms a
-node, 1.3 s for an 8,000-node function. An eager call needs none of it: TensorFlow's own eager call of a
+``function_deserialization.load_function_def_library``) creates a Python Operation per node, which on a big
+function costs a good part of what tracing it did (benchmarks/trace_bench.py's ``restore`` phase measures what
+remains). An eager call needs none of it: TensorFlow's own eager call of a
 ConcreteFunction without a tape (``ConcreteFunction._call_flat`` -> ``AtomicFunction.call_flat`` ->
 ``Context.call_function``) uses the function's name, its flat input count, its FunctionType (to pack the
 outputs) and the captured tensors. So a hit registers the stored library under new names
@@ -74,7 +75,7 @@ def atomic(library: function_pb2.FunctionDefLibrary, function_type: Any) -> atom
     untyped = function_type_lib.FunctionType([])  # a callee is only called from the function's body
     children = [atomic_function.AtomicFunction(fdef.signature.name, ctx, untyped) for fdef in library.function[1:]]
     function = atomic_function.AtomicFunction(library.function[0].signature.name, ctx, function_type, children)
-    # What the context holds is what was registered: not fetched back (a parse of the whole body, 14 ms at 8,000 nodes)
+    # What the context holds is what was registered: not fetched back (that would parse the whole body again)
     function._cached_definition = library.function[0]
     return function
 

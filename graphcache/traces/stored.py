@@ -243,7 +243,7 @@ def restore(trace: StoredTrace, captures: list[Any], function_type: Any, type_co
 
 def restore_graph(trace: StoredTrace, captures: list[Any], function_type: Any, type_context: Any) -> Any:
     """The ConcreteFunction of a stored trace with a real FuncGraph: the SavedModel loader's path (every function
-    imported as a FuncGraph: about 0.16 ms a node), bound to ``captures``, typed for ``function_type``."""
+    imported as a FuncGraph: a Python Operation per node), bound to ``captures``, typed for ``function_type``."""
     library = function_pb2.FunctionDefLibrary()
     library.CopyFrom(trace.library)  # the loader renames in place
     objects = saved_object_graph_pb2.SavedObjectGraph()
