@@ -109,7 +109,7 @@ def _counters(cache_dir: Path) -> dict[str, int]:
 
 
 def bench_workload(workload: str, runs: int, warmup: int, saved_model: str,
-                   log: Callable[[str], None] = print) -> dict[str, Any]:
+                   log: Callable[[str], None] = print, traces: bool = False) -> dict[str, Any]:
     work = work_dir() / workload
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -117,7 +117,8 @@ def bench_workload(workload: str, runs: int, warmup: int, saved_model: str,
     script.write_text(SCRIPT)
     dirs = {"plain": work / "unused", "miss": work / "miss-cache", "warm": work / "warm-cache"}
     logs = {variant: work / f"{variant}.jsonl" for variant in VARIANTS}
-    env = common.child_env({"TF_CPP_MIN_LOG_LEVEL": "2"}, drop_prefixes=("GRAPHCACHE_",))
+    env = common.child_env({"TF_CPP_MIN_LOG_LEVEL": "2", "GRAPHCACHE_TRACES": "1" if traces else None},
+                           drop_prefixes=("GRAPHCACHE_",))
     env.pop("PYTHONPATH", None)  # the script puts benchmarks/ on its path itself, after graphcache's import
 
     def argv(variant: str, log_file: Path) -> list[str]:
@@ -189,7 +190,7 @@ def _check(workload: str, logs: dict[str, Path], expected: int, miss_counters: l
 
 
 def bench(workloads: tuple[str, ...] | list[str] = WORKLOADS, runs: int = 5, warmup: int = 1,
-          log: Callable[[str], None] = print) -> dict[str, Any]:
+          log: Callable[[str], None] = print, traces: bool = False) -> dict[str, Any]:
     """Every workload in turn; a JSON-serializable report."""
     common.ensure_bytecode(log)
     saved_model = ""
@@ -199,8 +200,8 @@ def bench(workloads: tuple[str, ...] | list[str] = WORKLOADS, runs: int = 5, war
         common.run_function("functions_bench", "child_export", env=common.child_env(
             {"TF_CPP_MIN_LOG_LEVEL": "3"}, drop_prefixes=("GRAPHCACHE_",)), path=saved_model)
     started = time.perf_counter()
-    results = {w: bench_workload(w, runs, warmup, saved_model, log) for w in workloads}
-    return {"runs": runs, "warmup": warmup, "python": sys.executable, "workloads": results,
+    results = {w: bench_workload(w, runs, warmup, saved_model, log, traces) for w in workloads}
+    return {"runs": runs, "warmup": warmup, "python": sys.executable, "workloads": results, "traces": traces,
             "seconds": time.perf_counter() - started}
 
 
@@ -220,7 +221,8 @@ def table_rows(report: dict[str, Any]) -> list[list[str]]:
 def format_result(report: dict[str, Any]) -> str:
     head = (f"TF2 whole processes, `python SCRIPT` from exec to its first result (exit drain included), "
             f"{report['warmup']} warm-up + {report['runs']} interleaved rounds; medians of wall time (s)\n"
-            "plain: TensorFlow alone; miss: graphcache.install(cache_dir=dir) on an empty dir (a first-ever run); "
+            "plain: TensorFlow alone; miss: graphcache.install(cache_dir=dir) on an empty dir (a first-ever run"
+            + ("; GRAPHCACHE_TRACES=1: traces cached too" if report.get("traces") else "") + "); "
             "warm: the same on a filled dir. miss/plain: median over median (the goal); per round: the median of "
             "each round's miss/plain; fastest runs: fastest over fastest; CPU: user + system of the whole process, "
             "miss/plain; peak: ru_maxrss")
@@ -240,13 +242,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="timed rounds (default 5)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--traces", action="store_true",
+                        help="miss and warm with GRAPHCACHE_TRACES=1 (traces cached, the miss's trace recorded)")
     common.add_out_argument(parser, "tf2_whole_process")
     args = parser.parse_args(argv)
     with common.teed_stdout(args.out, args.append):
         workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
         if any(w not in WORKLOADS for w in workloads) or args.runs < 1 or args.warmup < 0:
             parser.error(f"workloads from {WORKLOADS}; --runs >= 1, --warmup >= 0")
-        report = bench(workloads, args.runs, args.warmup, log=lambda m: print(m, file=sys.stderr, flush=True))
+        report = bench(workloads, args.runs, args.warmup, log=lambda m: print(m, file=sys.stderr, flush=True),
+                       traces=args.traces)
         common.print_report(report, format_result, args.json)
         return 0
 
