@@ -2,7 +2,7 @@
 plain TensorFlow gives for the same Python state, and an unchanged program must hit in its second process.
 
 Real TensorFlow in fresh processes, no GRAPHCACHE_TRACE_VERIFY (the hunt sees what a user sees). The default run
-holds the reduced set (tests/hunt/scenarios.py REDUCED) and the must-hit checks; the full hunt is ``slow``
+holds the reduced set (tests/hunt/scenarios.py REDUCED) and the cheap must-hit checks (MUST_HIT_DEFAULT); the full hunt is ``slow``
 (GRAPHCACHE_SLOW_TESTS=1). What today's key is known to get wrong is ``xfail(strict=True)`` from the sets in
 scenarios.py, so a key that fixes a scenario fails its test until the name is taken out of the set.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from .hunt.runner import Result, run_must_hit, run_scenario
-from .hunt.scenarios import HUNT, MISSES_TODAY, MUST_HIT, REDUCED, STALE_TODAY
+from .hunt.scenarios import HUNT, MISSES_TODAY, MUST_HIT, MUST_HIT_DEFAULT, REDUCED, STALE_TODAY
 
 STALE_REASON = "stale with today's key: [sound]"
 MISS_REASON = "no trace hit with today's key: [sound]"
@@ -67,8 +67,13 @@ def hunt_params(names: list[str], *, slow: bool) -> list:
 
 
 def must_hit_params() -> list:
-    return [pytest.param(name, id=name, marks=[pytest.mark.xfail(strict=True, raises=NoHit, reason=MISS_REASON)]
-                         if name in MISSES_TODAY else []) for name in MUST_HIT]
+    params = []
+    for name in MUST_HIT:
+        marks = [] if name in MUST_HIT_DEFAULT else [pytest.mark.slow]
+        if name in MISSES_TODAY:
+            marks.append(pytest.mark.xfail(strict=True, raises=NoHit, reason=MISS_REASON))
+        params.append(pytest.param(name, marks=marks, id=name))
+    return params
 
 
 @pytest.mark.parametrize("name", hunt_params(list(REDUCED), slow=False))
@@ -92,6 +97,7 @@ def test_scenario_sets_name_real_scenarios():
     from .hunt.model import CLASSES
 
     assert set(REDUCED).issubset(HUNT) and STALE_TODAY.issubset(HUNT) and MISSES_TODAY.issubset(MUST_HIT)
+    assert set(MUST_HIT_DEFAULT).issubset(MUST_HIT)
     assert len(HUNT) >= 40
     for klass in CLASSES:
         assert sum(s.klass == klass for s in HUNT.values()) >= 3, klass

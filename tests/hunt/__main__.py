@@ -75,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     for result in results:
         if result.detail:
             print(f"{result.scenario.name}: {result.detail.splitlines()[0][:300]}")
+        refused = sorted({reason for run in result.cached for reason in run.reasons})
+        if refused:
+            print(f"{result.scenario.name}: refused as {', '.join(refused)}")
     counts: dict[str, int] = {}
     for result in results:
         counts[result.label] = counts.get(result.label, 0) + 1

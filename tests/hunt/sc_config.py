@@ -170,4 +170,30 @@ inputs = keras.Input((4,))
 model = keras.Model(inputs, keras.layers.Dense(2, kernel_initializer="ones")(inputs))
 report((model.predict(np.full((2, 4), 1.0 + 1e-8), verbose=0).astype("float64") - 4.0) * 1e8)
 ''', a=Variant('"float32"'), b=Variant('"float64"'), why="control: Keras' floatx is in predict's key"),
+    Scenario(
+        "tf_deterministic_ops_env", LIBRARY_CONFIG,
+        program='''
+import tensorflow as tf
+
+@tf.function
+def f(x):
+    return tf.reduce_sum(tf.random.uniform([3]) * 0.0) + tf.reduce_sum(x)
+
+report(f(tf.ones([4])))
+''', a=Variant(env={"TF_DETERMINISTIC_OPS": "1"}), b=Variant(env={"TF_DETERMINISTIC_OPS": "0"}),
+        why="TensorFlow reads TF_DETERMINISTIC_OPS itself: op determinism without a line of user code"),
+    Scenario(
+        "np_seterr", LIBRARY_CONFIG,
+        program='''
+import numpy as np
+import tensorflow as tf
+np.seterr(all=@V@)
+
+@tf.function
+def f(x):
+    return tf.reduce_sum(x) + float(np.sum(np.log(np.array([1.0, 2.0, 0.0]))[:2]))
+
+report(f(tf.ones([4])))
+''', a=Variant('"raise"'), b=Variant('"ignore"'),
+        why="np.seterr: NumPy raises FloatingPointError at trace time in A (plain A raises)"),
 ]

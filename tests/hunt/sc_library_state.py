@@ -40,6 +40,12 @@ def env_scale(x):
 
 def transform(x):
     return x * @V@ + 1.0
+
+
+def make_loss(k):
+    def loss(y_true, y_pred):
+        return k * (y_true - y_pred) ** 2
+    return loss
 '''
 
 
@@ -148,4 +154,19 @@ class Model(tf.Module):
 
 report(Model(@V@)(tf.ones([4])))
 ''', a=A, b=B, why="a tf.Module attribute holding a library closure: the method key names it, its cell unkeyed"),
+    Scenario(
+        "lib_loss_closure_fit", LIBRARY_STATE, installed=mylib(),
+        program='''
+import numpy as np
+import keras
+import mylib
+keras.utils.set_random_seed(0)
+
+inputs = keras.Input((2,))
+model = keras.Model(inputs, keras.layers.Dense(1, kernel_initializer="ones")(inputs))
+model.compile(optimizer=keras.optimizers.SGD(0.01), loss=mylib.make_loss(@V@))
+history = model.fit(np.ones((4, 2), np.float32), np.zeros((4, 1), np.float32), batch_size=4, epochs=1,
+                    verbose=0, shuffle=False)
+report([history.history["loss"][0], *model.layers[1].kernel.numpy().ravel()])
+''', a=A, b=B, why="model.fit with a loss a library factory made: named, its closure not keyed"),
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from .model import UNWALKED, Installed, Scenario, Variant
 
 A, B = Variant("2.0"), Variant("3.0")
+REPORT = "\nreport(f(tf.ones([4])))\n"
 
 SCENARIOS = [
     Scenario(
@@ -206,4 +207,67 @@ class Model(tf.Module):
 
 report(Model(@V@)(tf.ones([4])))
 ''', a=A, b=B, why="control: a tf.Module method's self.<dict> is keyed item by item"),
+    # Found by reading walk.py: what its value and class rules leave out.
+    Scenario(
+        "class_dunder_attribute", UNWALKED,
+        program='''
+import tensorflow as tf
+
+class Cfg:
+    __scale__ = @V@
+
+@tf.function
+def f(x):
+    return tf.reduce_sum(x) * Cfg.__scale__
+''' + REPORT, a=A, b=B, why="the class walk skips dunder names that are not functions (__scale__)"),
+    Scenario(
+        "metaclass_attribute", UNWALKED,
+        program='''
+import tensorflow as tf
+
+class Meta(type):
+    SCALE = @V@
+
+class Cfg(metaclass=Meta):
+    pass
+
+@tf.function
+def f(x):
+    return tf.reduce_sum(x) * Cfg.SCALE
+''' + REPORT, a=A, b=B, why="Cfg.SCALE found on the metaclass: the class walk covers bases, not the metaclass"),
+    Scenario(
+        "builtin_patched", UNWALKED,
+        program='''
+import builtins
+import tensorflow as tf
+_abs = builtins.abs
+builtins.abs = lambda value: _abs(value) * @V@
+
+@tf.function
+def f(x):
+    return tf.reduce_sum(abs(x))
+''' + REPORT, a=A, b=B, why="a safe builtin (abs) replaced in builtins: the walk keys it by name"),
+    Scenario(
+        "masked_array_mask", UNWALKED,
+        program='''
+import numpy as np
+import tensorflow as tf
+MA = np.ma.array([2.0, 3.0, 4.0], mask=@V@)
+
+@tf.function
+def f(x):
+    return tf.reduce_sum(x) * float(MA.sum())
+''' + REPORT, a=Variant("[0, 0, 1]"), b=Variant("[0, 1, 0]"),
+        why="a NumPy array subclass keyed by its data bytes: a masked array's mask is not in them"),
+    Scenario(
+        "variable_name_branch", UNWALKED,
+        program='''
+import tensorflow as tf
+w = tf.Variable(2.0, name=@V@)
+
+@tf.function
+def f(x):
+    return tf.reduce_sum(x) * w * (1.0 if w.name.startswith("fast") else 1.5)
+''' + REPORT, a=Variant('"fast"'), b=Variant('"slow"'),
+        why="a tf.Variable is keyed by dtype, shape, device and trainable: its name, read at trace time, is not"),
 ]

@@ -42,6 +42,20 @@ def jitter():
 def np_jitter():
     return float(np.random.rand())
 '''
+WARNLIB = '''\
+import warnings
+
+__version__ = "1.0"
+
+
+class LegacyWarning(UserWarning):
+    pass
+
+
+def legacy_scale(value):
+    warnings.warn("legacy_scale is deprecated", LegacyWarning, stacklevel=2)
+    return value * 2.0
+'''
 LIB = (Installed("proclib", "1.0", {"__init__.py": PROCLIB}),)
 
 
@@ -115,4 +129,12 @@ report(f(tf.ones([1])))
     Scenario("np_random_library", PROCESS, installed=LIB,
              program=_program("proclib.np_jitter()", "import numpy as np\nimport proclib\nnp.random.seed(@V@)"),
              a=Variant("1"), b=Variant("2"), why="numpy.random's global state read inside an installed library"),
+    Scenario(
+        "warnings_filter_library", PROCESS,
+        installed=(Installed("warnlib", "1.0", {"__init__.py": WARNLIB}),),
+        program=_program("warnlib.legacy_scale(2.0)",
+                         "import warnings\nimport warnlib\nif @V@:\n"
+                         "    warnings.simplefilter('error', warnlib.LegacyWarning)"),
+        a=Variant("True"), b=Variant("False"),
+        why="the warnings filter: a library's warning raised at trace time in A (plain A raises)"),
 ]

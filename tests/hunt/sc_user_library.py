@@ -105,4 +105,17 @@ def f(x):
 
 report(f(tf.ones([4])))
 ''', a=A, b=B, why="a constant of an installed user package's submodule, same version"),
+    Scenario(
+        "ns_pkg_keras_layer_predict", USER_AS_LIBRARY,
+        files={"proj/layers.py": "import keras\n\n\nclass Scale(keras.layers.Layer):\n"
+                                 "    def call(self, x):\n        return x * @V@\n"},
+        program='''
+import numpy as np
+import keras
+from proj.layers import Scale
+
+inputs = keras.Input((4,))
+model = keras.Model(inputs, Scale()(inputs))
+report(model.predict(np.ones((2, 4), np.float32), verbose=0))
+''', a=A, b=B, why="a user Keras layer class in a namespace package: predict's key names it as a library class"),
 ]
