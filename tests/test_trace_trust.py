@@ -533,3 +533,21 @@ def test_a_class_method_read_off_its_class_is_walked_with_the_class():
         assert _digest(lambda x: _Factory.scaled(x) + tf.TensorSpec.from_tensor(x).shape.rank) != before
     finally:
         _Factory.SCALE = 2.0
+
+
+def test_a_replaced_builtin_a_numpy_subclass_and_a_variables_name_are_keyed():
+    import builtins
+
+    import tensorflow as tf
+
+    original = builtins.abs
+    plain = _digest(lambda x: abs(x))
+    builtins.abs = lambda value: original(value) * 2.0
+    try:
+        assert _digest(lambda x: abs(x)) != plain  # the replacement is walked as the code it is
+    finally:
+        builtins.abs = original
+    masked = np.ma.array([2.0, 3.0], mask=[0, 1])
+    assert _reason(lambda x: x * float(masked.sum())) == "value"  # its bytes are not all it holds
+    first, second = tf.Variable(1.0, name="first"), tf.Variable(1.0, name="second")
+    assert _digest(lambda x: x * first) != _digest(lambda x: x * second)  # code may branch on a variable's name

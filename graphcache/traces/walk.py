@@ -181,10 +181,14 @@ class Walk:
             if name in fn.__globals__:
                 self.named(fn.__globals__[name], reads, name, _join(path, f"g:{name}"))
             elif name in vars(builtins):
-                if name not in SAFE_BUILTINS and not _is_exception(vars(builtins)[name]):
+                builtin = vars(builtins)[name]
+                if name not in SAFE_BUILTINS and not _is_exception(builtin):
                     raise Uncacheable("builtin", f"{_where(path)} calls {name}() (a side effect, or a result of "
                                                  "this process only)")
-                self._emit("builtin", name)
+                if _original_builtin(name, builtin):
+                    self._emit("builtin", name)
+                else:  # builtins.abs = ...: what the name holds now is what the trace runs
+                    self.value(builtin, _join(path, f"builtins.{name}"))
             else:
                 self._emit("unbound", name)
 
@@ -386,7 +390,7 @@ class Walk:
             self._emit("spec", repr(obj))
         elif isinstance(obj, (np.generic, np.dtype)):
             self._emit("numpy", type(obj).__name__, repr(obj))
-        elif isinstance(obj, np.ndarray):
+        elif type(obj) is np.ndarray:  # exactly: a subclass holds more than its bytes (a mask, a file: memmap)
             self._array(obj, path)
         elif isinstance(obj, enum.Enum):  # its class (methods, other members) and its value, not only its name
             self.value(type(obj), _join(path, "class"))
@@ -429,8 +433,8 @@ class Walk:
         if not self.once(variable, path):
             return
         self.bindings[path] = variable
-        self._emit("variable", type(variable).__name__, variable.dtype.name, repr(variable.shape), variable.device,
-                   variable.trainable)
+        self._emit("variable", type(variable).__name__, variable.name, variable.dtype.name, repr(variable.shape),
+                   variable.device, variable.trainable)
         self.guard(path, f"variable {variable.dtype.name} {variable.shape}")
 
     def _eager_tensor(self, value: Any, path: str) -> None:
@@ -529,6 +533,15 @@ def _is_plain_namedtuple(kind: type) -> bool:
     fields = getattr(kind, "_fields", None)
     return kind.__bases__ == (tuple,) and isinstance(fields, tuple) and \
         set(vars(kind)) <= NAMEDTUPLE_MEMBERS | set(fields)
+
+
+def _original_builtin(name: str, obj: Any) -> bool:
+    """Whether ``builtins.<name>`` is still Python's own (not replaced by the program: ``builtins.abs = ...``)."""
+    if isinstance(obj, types.BuiltinFunctionType):
+        return obj.__module__ == "builtins" and obj.__name__ == name
+    if isinstance(obj, type):
+        return obj.__module__ == "builtins" and obj.__name__ == name
+    return obj is None or type(obj) in (bool, type(Ellipsis), type(NotImplemented)) or name in ("__name__",)
 
 
 def _is_exception(obj: Any) -> bool:
