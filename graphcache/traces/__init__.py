@@ -1,10 +1,11 @@
 """TF2 traces cached: a later process gets a tf.function's ConcreteFunction without Python tracing.
 
-``enable(cache)`` (a plugin, core/plugins.py: ``GraphCache(traces=True)`` or ``GRAPHCACHE_TRACES=1`` enable
-it through ``plugins.enable(cache, "traces")``, and ``install()`` / ``graphcache run`` unless told not to)
-makes every top-level trace of a ``tf.function`` look its key up first: the Python function's code and everything it reaches, the plain
-values it reads, its variables by dtype and shape, the arguments' TraceTypes, the tracing options, the
-versions and the compiler identity, all computed before tracing. A hit registers the stored function
+``enable(cache)`` (a plugin, core/plugins.py: ``GraphCache(traces=True)``, ``install(traces=True)`` or
+``GRAPHCACHE_TRACES=1`` enable it through ``plugins.enable(cache, "traces")``; off by default, docs/tf2-traces.md
+says why) makes every top-level trace of a ``tf.function`` look its key up first: the Python function's code and
+everything it reaches, the values and attribute chains it reads, its variables by dtype and shape, the
+arguments' TraceTypes, the tracing options, the trusted libraries' settings, the trusted packages' identities
+and the compiler identity, all computed before tracing. A hit registers the stored function
 library in the eager context and calls it by name, bound to this process's variables (no Python runs; the
 FuncGraph is built only if something needs it); with the functions
 plugin on, its first call is then served from the cache too (tracing and optimization both skipped).
@@ -12,7 +13,11 @@ Anything the key cannot cover is traced every time and counted ``trace_uncacheab
 
 Modules, one job each:
 
+- ``trust``: which packages are named by identity instead of walked (an allowlist, each with its reason);
+- ``bytecode``: what a code object reads and writes by name (globals, cells, attribute chains, sets, imports);
 - ``walk``: the Python side of the key (code, reached functions and classes, plain values, variables);
+- ``ambient``: the TensorFlow, Keras and NumPy settings a trace can read, one keyed snapshot;
+- ``recording``: what a miss's trace did that its key cannot see (files, untrusted imports, the environment);
 - ``instance``: a tf.function method's object in the key (its class, the attributes its code reads);
 - ``keying``: the key's named parts, and where a trace can be cached at all;
 - ``stored``: the entry payload (function library + signatures + captures), its checks, the rebuild;
@@ -21,7 +26,7 @@ Modules, one job each:
 
 Entries (through the cache's entry service, so ls/purge/evict/verify/export/import/push cover them):
 ``kind="tf_trace"``: key = keying.py's; payload = stored.py's; ``compile_seconds`` = the trace's seconds;
-``extra = {"function", "functions", "nodes", "captures"}``.
+``extra = {"function", "functions", "nodes", "captures", "guards"}`` (guards: what each read path held, for misses).
 
 ``GRAPHCACHE_TRACE_VERIFY=1`` traces anyway after every hit and compares (hook.py).
 
