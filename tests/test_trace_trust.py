@@ -218,12 +218,13 @@ def test_building_a_set_is_keyed_by_a_fixed_hash_seed_and_refused_under_a_random
     assert walk.hash_order == "the function"
     monkeypatch.delenv("PYTHONHASHSEED", raising=False)
     with pytest.raises(Uncacheable) as caught:
-        keying.settings_part(walk)
+        keying.settings_values(walk)
     assert caught.value.reason == "hash_order" and "PYTHONHASHSEED" in caught.value.detail
     monkeypatch.setenv("PYTHONHASHSEED", "1")
-    one = keying.settings_part(walk)
+    one = keying.settings_values(walk)
     monkeypatch.setenv("PYTHONHASHSEED", "2")
-    assert keying.settings_part(walk) != one
+    two = keying.settings_values(walk)
+    assert (one["python.hash_seed"], two["python.hash_seed"]) == (1, 2) and one != two
     assert _walk(lambda x: x if "a" in {"a", "b"} else -x).hash_order is None  # membership only: order unread
     assert _walk(lambda x: sum(x for _ in [1])).hash_order is None
 

@@ -117,10 +117,6 @@ def context_part(function_context_now: Any) -> str:
                       repr(function_context_now.context.xla_context_id)])
 
 
-def settings_part(walk: Walk) -> str:
-    return hash_json(settings_values(walk))
-
-
 def settings_values(walk: Walk) -> dict[str, Any]:
     """ambient.py's snapshot, and the string hash seed where walked code builds a set it may iterate."""
     extra = {}

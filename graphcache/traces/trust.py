@@ -184,8 +184,11 @@ def _installed_info(distribution: str) -> str | None:
         site = _site_of(prefix) if name == distribution and trust_of(prefix) is not None else None
         if site is not None:
             return _dist_info(site, distribution)
-    site = next((path for path in sys.path if os.path.isdir(path) and _dist_info(path, distribution)), None)
-    return _dist_info(site, distribution) if site is not None else None
+    for path in sys.path:
+        info = _dist_info(path, distribution) if os.path.isdir(path) else None
+        if info is not None:
+            return info
+    return None
 
 
 __all__ = ["STDLIB", "TRUSTED", "Trust", "identity", "is_trusted", "trust_of"]
