@@ -479,6 +479,65 @@ def test_the_modules_state_every_assumption_they_trust():
     assert "never by location" in textwrap.dedent(trust.__doc__)
 
 
+def test_library_layers_keep_their_config_while_traced():
+    """trust.LIBRARY_STEPS_KEEP_CONFIGS: Keras' own layers' configs are the same after predict, fit and evaluate
+    traced their steps (the walk after a miss's trace reuses them)."""
+    import keras
+
+    inputs = keras.Input((8, 8, 3))
+    norm = keras.layers.Normalization()
+    norm.adapt(np.random.RandomState(0).rand(4, 8, 8, 3).astype("float32"))
+    x = keras.layers.Conv2D(4, 3, activation="relu")(norm(inputs))
+    x = keras.layers.BatchNormalization()(x)
+    x = keras.layers.Dropout(0.5)(keras.layers.GlobalAveragePooling2D()(x))
+    inner = keras.Sequential([keras.layers.Dense(4, activation="gelu"), keras.layers.LayerNormalization()])
+    model = keras.Model(inputs, keras.layers.Dense(2)(inner(x)))
+    layers = model._flatten_layers(include_self=True, recursive=True)
+
+    def configs() -> list[str]:
+        return [repr((layer.get_config(), layer.get_build_config())) for layer in layers]
+
+    before = configs()
+    data = np.random.RandomState(1).rand(4, 8, 8, 3).astype("float32")
+    model.predict(data, verbose=0)
+    model.compile(optimizer="adam", loss="mse", metrics=["mae"])
+    model.fit(data, np.zeros((4, 2), "float32"), epochs=1, verbose=0)
+    model.evaluate(data, np.zeros((4, 2), "float32"), verbose=0)
+    assert configs() == before
+
+
+def test_the_walk_after_a_trace_reuses_library_layer_configs_only():
+    import keras
+
+    from graphcache.traces import kerasstep
+    from graphcache.traces.walk import Walk
+
+    class Scaled(keras.layers.Layer):
+        def __init__(self, scale=2.0, **kwargs):
+            super().__init__(**kwargs)
+            self.scale = scale
+
+        def get_config(self):
+            return {**super().get_config(), "scale": self.scale}
+
+        def call(self, x):
+            return x * self.scale
+
+    inputs = keras.Input((3,))
+    model = keras.Sequential([inputs, keras.layers.Dense(2), Scaled()])
+
+    def digest(reuse=None) -> tuple[str, dict]:
+        walk = Walk(reuse)
+        kerasstep.walk_model(walk, model, kerasstep.model_objects(model))
+        return walk.digest(), walk.configs
+
+    fresh, configs = digest()
+    paths = {type(layer).__name__: f"layer{index}"
+             for index, layer in enumerate(model._flatten_layers(include_self=True, recursive=True))}
+    assert digest({**configs, paths["Scaled"]: "not the config"})[0] == fresh  # a user layer's: taken again
+    assert digest({**configs, paths["Sequential"]: "not the config"})[0] != fresh  # a library model's: reused
+
+
 def test_a_keras_layer_reading_an_attribute_of_its_sublayer_keys_that_attribute():
     import keras
 

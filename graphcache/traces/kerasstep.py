@@ -118,11 +118,12 @@ def after_hit(step: PredictStep) -> None:
         step.model._called = True
 
 
-def walk_step(step: PredictStep) -> Walk:
-    """The walk of a predict trace's model (see the module docstring); raises Uncacheable."""
+def walk_step(step: PredictStep, reuse_configs: dict[str, Any] | None = None) -> Walk:
+    """The walk of a predict trace's model (see the module docstring); raises Uncacheable. ``reuse_configs``:
+    the walk before the trace's ``configs``, for the walk after it (keying.same_reads)."""
     model = step.model
     check_model(model)
-    walk = Walk()
+    walk = Walk(reuse_configs)
     walk.packages.update({"keras", "tensorflow"})
     walk.value(("keras predict step", step.function.__qualname__, *keras_settings(model)), "settings")
     walk_model(walk, model, model_objects(model))
@@ -210,12 +211,9 @@ def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], covered: b
         raise Uncacheable(REASON, f"{where} is not built (it would create its variables inside the trace)")
     path = f"layer{index}"
     walk.value(cls, f"{path}/class")
+    text = _layer_config(walk, layer, path, where, covered)
     try:
-        configs = None if covered else (layer.get_config(), layer.get_build_config())
-    except Exception as exc:  # NotImplementedError for subclassed layers without a config, and any other
-        raise Uncacheable(REASON, f"{where}: get_config() fails ({type(exc).__name__}: {exc})") from None
-    try:
-        walk.value(("layer", index, layer.name, layer.dtype_policy.name, config_text(configs),
+        walk.value(("layer", index, layer.name, layer.dtype_policy.name, text,
                     [getattr(layer, flag, None) for flag in LAYER_FLAGS], index == 0 or bool(layer._called)), path)
     except Uncacheable as exc:
         raise Uncacheable(REASON, f"{where}: its config is not plain ({exc.detail})") from None
@@ -225,6 +223,21 @@ def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], covered: b
     for owner in cls.__mro__:
         if not is_library(owner.__module__):
             instance_reads(walk, layer, owner, where, known)
+
+
+def _layer_config(walk: Walk, layer: Any, path: str, where: str, covered: bool) -> Any:
+    """The layer's config and build config as config_text; in the walk after a miss's trace, a library layer's
+    is the walk before's (trust.LIBRARY_STEPS_KEEP_CONFIGS: a model's get_config is most of a walk's time)."""
+    reused = walk.reuse_configs
+    if reused is not None and path in reused and is_library(type(layer).__module__):
+        text = reused[path]
+    else:
+        try:
+            text = config_text(None if covered else (layer.get_config(), layer.get_build_config()))
+        except Exception as exc:  # NotImplementedError for subclassed layers without a config, and any other
+            raise Uncacheable(REASON, f"{where}: get_config() fails ({type(exc).__name__}: {exc})") from None
+    walk.configs[path] = text
+    return text
 
 
 def held(walk: Walk, layer: Any, path: str, where: str, known: dict[int, str]) -> None:

@@ -139,13 +139,13 @@ def versions_part(walk: Walk) -> str:
                       "graphcache": package_version(), "packages": packages})
 
 
-def walk_root(root: Any) -> Walk:
+def walk_root(root: Any, reuse_configs: dict[str, Any] | None = None) -> Walk:
     """The walk of what a trace of ``root`` reads: a user function's, a method's with its object's attributes, or a
     Keras step's model (and its compile state, for a train or test step)."""
     if isinstance(root, kerasstep.PredictStep):
-        return kerasstep.walk_step(root)
+        return kerasstep.walk_step(root, reuse_configs)
     if isinstance(root, kerasfit.FitStep):
-        return kerasfit.walk_step(root)
+        return kerasfit.walk_step(root, reuse_configs)
     if isinstance(root, instance.BoundMethod):
         return instance.walk_method(root)
     walk = Walk()
@@ -180,7 +180,7 @@ def compute(root: Any, function_type: Any, tracing_options: Any, function_contex
 def same_reads(before: Walk, root: Any) -> bool:
     """Whether walking ``root`` again finds what ``before`` found (the trace changed nothing it read)."""
     try:
-        again = walk_root(root)
+        again = walk_root(root, before.configs)
     except Uncacheable:
         return False
     return again.digest() == before.digest() and list(again.bindings) == list(before.bindings) and all(

@@ -54,6 +54,14 @@ TRUSTED: dict[str, tuple[str, str]] = {
     "namex": ("namex", "Keras' API export decorators"),
 }
 
+# What the key trusts of these libraries beyond "the same code on the same inputs does the same", each with its
+# reason and its test (tests/test_trace_trust.py).
+LIBRARY_STEPS_KEEP_CONFIGS = (
+    "Keras' own layers and models do not change their config (get_config, get_build_config) while a predict, "
+    "train or test step is traced. The walk after a miss's trace (keying.same_reads) reuses their configs from "
+    "the walk before (a model's get_config is most of a walk's time); a user layer's config is taken again. "
+    "Test: test_library_layers_keep_their_config_while_traced.")
+
 
 @dataclass(frozen=True)
 class Trust:

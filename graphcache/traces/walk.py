@@ -113,8 +113,12 @@ class Walk:
     capturable objects by path, ``packages`` the trusted identities named (trust.py), ``hash_order`` where
     walked code builds a set (its iteration order is the process's string hash seed's)."""
 
-    def __init__(self) -> None:
+    def __init__(self, reuse_configs: dict[str, Any] | None = None) -> None:
         self._hasher = xxhash.xxh3_128()
+        # Keras layer configs by path (kerasstep.py): what this walk keyed, and, for the walk after a miss's
+        # trace, those of the walk before, reused for library layers (trust.py's LIBRARY_STEPS_KEEP_CONFIGS).
+        self.configs: dict[str, Any] = {}
+        self.reuse_configs = reuse_configs
         self._seen: dict[int, str] = {}  # id of a walked object -> the path it was first reached by
         self._keep: list[Any] = []  # walked objects stay alive for the walk, so their ids stay theirs
         self._code: dict[int, str] = {}
@@ -382,7 +386,12 @@ class Walk:
                 self.value(attr, f"{path}.{name}")
 
     def _other(self, obj: Any, path: str) -> None:
-        if isinstance(obj, dtypes.DType):
+        # Concrete types first: an isinstance() against an ABC (DType, TensorShape, BaseResourceVariable) that
+        # fails fills the negative caches of the ABC and all its subclasses (over a thousand weak references
+        # for one eager tensor), objects that live on and bring the process's next full collection forward.
+        if type(obj) is ops.EagerTensor:
+            self._eager_tensor(obj, path)
+        elif isinstance(obj, dtypes.DType):
             self._emit("dtype", obj.name)
         elif isinstance(obj, tensor_shape.TensorShape):
             self._emit("shape", repr(obj))
