@@ -156,7 +156,7 @@ def _build_from_outputs(model: Any, spec: Any) -> bool:
     x, y, sample_weight = unpack_x_y_sample_weight(symbolic)
     inputs = tree.flatten(x)
     if len(inputs) != len(functional._inputs) or any(
-            given.shape != built.shape for given, built in zip(inputs, functional._inputs)):
+            given.shape != built.shape for given, built in zip(inputs, functional._inputs, strict=True)):
         return False
     y_pred = functional.compute_output_spec(x)
     if _unbuilt(model._compile_metrics):
