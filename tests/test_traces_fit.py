@@ -377,6 +377,61 @@ def test_the_state_is_built_before_the_trace_and_evaluate_leaves_the_optimizer_a
         ["keras-optimizer"] * 10
 
 
+@pytest.mark.parametrize("kind", ["functional", "sequential", "dict outputs", "subclassed"])
+def test_state_built_from_the_output_tensors_equals_keras_own_symbolic_build(kind):
+    """kerasfit's shortcut (no symbolic call of the model) builds the same metric, loss and optimizer variables,
+    with the same values, as Keras' _symbolic_build; it declines models it cannot describe so."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from graphcache.traces import kerasfit
+
+    def build() -> keras.Model:
+        keras.utils.set_random_seed(3)
+        if kind == "sequential":
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(2)])
+        elif kind == "subclassed":
+            class Sub(keras.Model):
+                def __init__(self):
+                    super().__init__()
+                    self.dense = keras.layers.Dense(2)
+
+                def call(self, x):
+                    return self.dense(x)
+            model = Sub()
+            model.build((None, 4))
+        else:
+            inputs = keras.Input((4,), name="x")
+            hidden = keras.layers.Dense(3)(inputs)
+            outputs = {"a": keras.layers.Dense(2, name="a")(hidden), "b": keras.layers.Dense(1, name="b")(hidden)} \
+                if kind == "dict outputs" else keras.layers.Dense(2)(hidden)
+            model = keras.Model(inputs, outputs)
+        losses = {"a": "mse", "b": "mae"} if kind == "dict outputs" else "mse"
+        metrics = {"a": ["mae"], "b": ["mse"]} if kind == "dict outputs" else ["mae", "accuracy"]
+        model.compile(optimizer="adam", loss=losses, metrics=metrics)
+        return model
+
+    targets = {"a": tf.TensorSpec((None, 2)), "b": tf.TensorSpec((None, 1))} if kind == "dict outputs" \
+        else tf.TensorSpec((None, 2))
+    spec = (tf.TensorSpec((None, 4)), targets)
+    shortcut, plain = build(), build()
+    assert kerasfit._build_from_outputs(shortcut, spec) is (kind != "subclassed")
+    if kind == "subclassed":
+        return
+    plain._symbolic_build(data_batch=spec)
+
+    def state(model: keras.Model) -> list:
+        # Metric paths exactly; the optimizer's by position (Keras numbers the layers and optimizers of the
+        # second model built here: dense_2, adam_1)
+        return [v.path for v in model.metrics_variables] + [
+            (tuple(v.shape), v.dtype, np.asarray(v).tobytes())
+            for v in list(model.metrics_variables) + list(model.optimizer.variables)]
+
+    assert state(shortcut) == state(plain) and len(state(plain)) > 4
+    assert [type(m).__name__ for m in shortcut.metrics] == [type(m).__name__ for m in plain.metrics]
+
+
 def test_the_fit_step_key_refuses_what_it_cannot_cover():
     import keras
 
