@@ -89,12 +89,12 @@ def entry_files(cache_dir: Path, kind: str) -> list[Path]:
 def test_tf_function_hits_in_a_second_process_and_a_changed_constant_misses(cache_dir, tmp_path):
     cold = deep_child(cache_dir, 0.5, env_switch=True)  # GRAPHCACHE_FUNCTIONS=1 turns it on
     assert cold["value"] == pytest.approx(cold["expected"], rel=1e-5)
-    assert cold["functions"] == {"function_hits": 0, "function_compiles": 1}
+    assert cold["functions"] == {"function_hits": 0, "function_compiles": 1, "function_uncacheable": 0}
     assert cold["kinds"] == [KIND, ALIAS_KIND]
     assert not cold["warnings"]
 
     warm = deep_child(cache_dir, 0.5)
-    assert warm["functions"] == {"function_hits": 1, "function_compiles": 1}  # counters are the cache's totals
+    assert warm["functions"] == {"function_hits": 1, "function_compiles": 1, "function_uncacheable": 0}  # counters are the cache's totals
     assert warm["value"] == cold["value"] and warm["again"] == cold["value"]
     assert not warm["warnings"]
 
@@ -102,7 +102,7 @@ def test_tf_function_hits_in_a_second_process_and_a_changed_constant_misses(cach
     # old graph here (its file name is job, task, name and node count); graphcache's key is the content.
     changed = deep_child(cache_dir, 0.7)
     assert changed["nodes"] == cold["nodes"]
-    assert changed["functions"] == {"function_hits": 1, "function_compiles": 2}
+    assert changed["functions"] == {"function_hits": 1, "function_compiles": 2, "function_uncacheable": 0}
     assert changed["value"] == pytest.approx(changed["expected"], rel=1e-5)
     assert changed["value"] != pytest.approx(cold["value"], rel=1e-3)
 
@@ -119,7 +119,7 @@ def test_tf_function_hits_in_a_second_process_and_a_changed_constant_misses(cach
     graphcache_cli("--cache-dir", str(cache_dir), "export", str(bundle))
     graphcache_cli("--cache-dir", str(other), "import", str(bundle))
     imported = deep_child(other, 0.7)
-    assert imported["functions"] == {"function_hits": 1, "function_compiles": 0}
+    assert imported["functions"] == {"function_hits": 1, "function_compiles": 0, "function_uncacheable": 0}
     assert imported["value"] == changed["value"]
     graphcache_cli("--cache-dir", str(other), "purge", "--filter", f"kind={KIND}", "--yes")
     assert {row["kind"] for row in json.loads(graphcache_cli("--cache-dir", str(other), "ls", "--json"))} == \
@@ -130,14 +130,14 @@ def test_a_fast_key_miss_looks_the_canonical_key_up_only_where_an_entry_could_be
     """The canonical key (a pass over every node) is computed on the caller's path only when the cache may
     hold a function entry; on a cache with none (a first-ever run) it is left to the background write."""
     cold = deep_child(cache_dir, 0.5)
-    assert cold["functions"] == {"function_hits": 0, "function_compiles": 1}
+    assert cold["functions"] == {"function_hits": 0, "function_compiles": 1, "function_uncacheable": 0}
     graphcache_cli("--cache-dir", str(cache_dir), "purge", "--filter", f"kind={ALIAS_KIND}", "--yes")
     by_canonical = deep_child(cache_dir, 0.5)  # no alias for its fast key: found by the canonical key
-    assert by_canonical["functions"] == {"function_hits": 1, "function_compiles": 1}
+    assert by_canonical["functions"] == {"function_hits": 1, "function_compiles": 1, "function_uncacheable": 0}
     assert by_canonical["kinds"] == [KIND, ALIAS_KIND] and by_canonical["value"] == cold["value"]
     graphcache_cli("--cache-dir", str(cache_dir), "purge", "--filter", f"kind={KIND}", "--yes")
     again = deep_child(cache_dir, 0.5)  # an alias whose target is gone, no function entry: compiled again
-    assert again["functions"] == {"function_hits": 1, "function_compiles": 2}
+    assert again["functions"] == {"function_hits": 1, "function_compiles": 2, "function_uncacheable": 0}
     assert again["value"] == cold["value"] and sorted(again["kinds"]) == sorted([KIND, ALIAS_KIND])
 
 
@@ -181,19 +181,19 @@ def test_a_first_ever_run_never_computes_a_canonical_key_on_the_callers_path(cac
     finds only its predecessor's entry; their keys are computed in a thread while TensorFlow optimizes. A
     second process finds the entries by their fast keys."""
     cold = two_functions(cache_dir)
-    assert cold["on_caller"] == [] and cold["functions"] == {"function_hits": 0, "function_compiles": 2}
+    assert cold["on_caller"] == [] and cold["functions"] == {"function_hits": 0, "function_compiles": 2, "function_uncacheable": 0}
     # each miss's key: one pass, in the thread started before its call (overlapping TensorFlow's optimization),
     # which the entry's write waited for instead of a second pass
     assert cold["computed_by"] == ["graphcache-key", "graphcache-key"]
     assert cold["values"] == pytest.approx(cold["expected"], rel=1e-5)
     warm = two_functions(cache_dir)
-    assert warm["on_caller"] == [] and warm["functions"] == {"function_hits": 2, "function_compiles": 2}
+    assert warm["on_caller"] == [] and warm["functions"] == {"function_hits": 2, "function_compiles": 2, "function_uncacheable": 0}
     assert warm["values"] == cold["values"]
     GraphCache(cache_dir).purge(  # without aliases, another process's entries are found by the canonical key
         [row.key for row in GraphCache(cache_dir).entries() if row.kind == ALIAS_KIND])
     by_canonical = two_functions(cache_dir)
     assert len(by_canonical["on_caller"]) == 2 and by_canonical["values"] == cold["values"]
-    assert by_canonical["functions"] == {"function_hits": 4, "function_compiles": 2}
+    assert by_canonical["functions"] == {"function_hits": 4, "function_compiles": 2, "function_uncacheable": 0}
 
 
 def test_may_hold_tells_apart_the_callers_own_entries(cache_dir):
@@ -228,7 +228,7 @@ def test_a_machine_with_an_empty_cache_dir_hits_through_the_remote(tmp_path):
     cold = deep_child(first, 0.5, remote=str(shared))
     assert cold["uploads"] == 2  # the entry and its alias
     warm = deep_child(second, 0.5, remote=str(shared))
-    assert warm["functions"] == {"function_hits": 1, "function_compiles": 0} and warm["remote_hits"] == 2
+    assert warm["functions"] == {"function_hits": 1, "function_compiles": 0, "function_uncacheable": 0} and warm["remote_hits"] == 2
     assert warm["value"] == cold["value"]
 
 
@@ -279,6 +279,7 @@ for i in range(4):
     expected[f"thread{{i}}"] = float(y.sum())
 cache.wait_for_writes()
 print(json.dumps({{"results": results, "expected": expected, "functions": cache.stats().functions,
+                  "function_reasons": cache.stats().function_reasons,
                   "entries": sorted((r.kind, r.name) for r in cache.entries()),
                   "tf_graph_caching": os.environ["TF_GRAPH_CACHING"], "tf_files": os.listdir({tf_dir!r}),
                   "warnings": [str(w.message) for w in caught]}}))
@@ -300,6 +301,7 @@ def test_argument_shapes_are_part_of_the_key_jit_functions_are_left_to_xla_and_t
     assert sum(name.startswith("__inference_f_") for name in names) == 2  # one entry per shape
     assert not any("lambda" in name for name in names)  # the jit_compile function is not stored
     assert out["functions"]["function_hits"] == 0
+    assert out["function_reasons"]["jit_compile"] == 1  # counted as not cached, with its reason
 
 
 def test_corrupt_and_untrusted_entries_are_refused_and_the_function_compiles(cache_dir):
@@ -373,7 +375,7 @@ def test_keras_predict_fit_and_a_loaded_saved_model_hit_in_a_second_process(cach
     # predict, fit's step, the SavedModel (install(traces=True) caches traces too: Keras' training state is built before
     # fit's first trace, so the optimizer's initializer function plain Keras traces inside it never runs)
     assert compiled >= 3 and cold["functions"]["function_hits"] == 0
-    assert warm["functions"] == {"function_hits": compiled, "function_compiles": compiled}  # all hit, none new
+    assert warm["functions"] == {"function_hits": compiled, "function_compiles": compiled, "function_uncacheable": 0}  # all hit, none new
     for field in ("predict", "loss", "after_fit", "saved_model"):
         np.testing.assert_allclose(warm[field], plain[field], rtol=1e-6, atol=1e-7, err_msg=field)
         np.testing.assert_allclose(cold[field], plain[field], rtol=1e-6, atol=1e-7, err_msg=field)

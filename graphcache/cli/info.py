@@ -56,6 +56,7 @@ def stats_json(stats: Stats, root: Path, exists: bool, versions: list[dict[str, 
         "remote": remote_url() or None, "remote_hits": stats.remote_hits, "remote_errors": stats.remote_errors,
         "uploads": stats.uploads, "upload_bytes": stats.upload_bytes, "fetch_bytes": stats.fetch_bytes,
         **stats.xla, **stats.functions, **stats.traces, "trace_uncacheable_reasons": dict(stats.trace_reasons),
+        "function_uncacheable_reasons": dict(stats.function_reasons),
         "accelerate_runs": dict(stats.accelerate_runs),
     }
 
@@ -102,6 +103,9 @@ def stats_view(stats: Stats, root: Path, exists: bool, versions: list[dict[str, 
     if stats.traces.get("trace_uncacheable"):  # tf.function traces (traces/): their lookups are in the by-kind table
         view.add_row("Traces not cached", f"{stats.traces['trace_uncacheable']} (" + ", ".join(
             f"{reason} {count}" for reason, count in stats.trace_reasons.items()) + ")")
+    if stats.functions.get("function_uncacheable"):  # tf.function optimized graphs (functions/)
+        view.add_row("Functions not cached", f"{stats.functions['function_uncacheable']} (" + ", ".join(
+            f"{reason} {count}" for reason, count in stats.function_reasons.items()) + ")")
     if any(stats.accelerate_runs.values()):  # accelerate_train_mode: what the training runs actually ran at
         view.add_row("Training precision", accelerate_runs_text(stats.accelerate_runs))
     view.add_row("Version", stats.version or "none recorded yet")

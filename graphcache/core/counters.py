@@ -39,8 +39,13 @@ REMOTE_COUNTERS = ("remote_hits", "remote_errors", "uploads", "upload_bytes", "f
 # XLA executables (xla/): hits are approximate (see xla/hits.py), the rest exact. ``xla_pulled``: entries fetched
 # from the remote at enable, before TensorFlow's first compile (not in ``remote_hits``, which counts lookups).
 XLA_COUNTERS = ("xla_hits", "xla_compiles", "xla_materialized", "xla_bad_files", "xla_removed", "xla_pulled")
-# TF2 functions (functions/): first calls served from the cache, and first calls TensorFlow optimized itself.
-FUNCTION_COUNTERS = ("function_hits", "function_compiles")
+# TF2 functions (functions/): first calls served from the cache, first calls TensorFlow optimized itself, and
+# those whose optimized graph could not be stored or served (``function_uncacheable``, also by reason:
+# ``function_uncacheable.<reason>``, FUNCTION_REASONS).
+FUNCTION_COUNTERS = ("function_hits", "function_compiles", "function_uncacheable")
+FUNCTION_UNCACHEABLE = "function_uncacheable"
+FUNCTION_REASONS = ("jit_compile", "busy", "not_collected", "typed_outputs", "control_outputs", "incomplete",
+                    "signature", "introduced_ops", "file_name")
 # tf.function traces (traces/): traces served from the cache, traces that missed (and were stored), and traces
 # that could not be cached at all (``trace_uncacheable``, also by reason: ``trace_uncacheable.<reason>``,
 # TRACE_REASONS). Hits and misses are the tf_trace kind's lookups, under these older-style names too.

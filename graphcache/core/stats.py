@@ -11,6 +11,8 @@ from .counters import (
     ACCELERATE_PREFIX,
     ACCELERATE_RUNS,
     FUNCTION_COUNTERS,
+    FUNCTION_REASONS,
+    FUNCTION_UNCACHEABLE,
     KIND_PREFIX,
     KIND_STATS,
     REASONS,
@@ -92,6 +94,7 @@ class Stats:
     upload_bytes: int = 0
     fetch_bytes: int = 0
     functions: dict[str, int] = field(default_factory=dict)
+    function_reasons: dict[str, int] = field(default_factory=dict)  # function_uncacheable by reason (nonzero only)
     traces: dict[str, int] = field(default_factory=dict)  # trace_hits, trace_misses, trace_uncacheable
     trace_reasons: dict[str, int] = field(default_factory=dict)  # trace_uncacheable by reason (nonzero only)
     by_kind: dict[str, KindStats] = field(default_factory=dict)
@@ -137,6 +140,8 @@ class Stats:
             xla={name: int(counters.get(name, 0)) for name in XLA_COUNTERS},
             max_size=max_size,
             functions={name: int(counters.get(name, 0)) for name in FUNCTION_COUNTERS},
+            function_reasons={reason: int(counters[f"{FUNCTION_UNCACHEABLE}.{reason}"]) for reason in FUNCTION_REASONS
+                              if counters.get(f"{FUNCTION_UNCACHEABLE}.{reason}")},
             traces={name: int(counters.get(name, 0)) for name in TRACE_COUNTERS},
             trace_reasons={reason: int(counters[f"{TRACE_UNCACHEABLE}.{reason}"]) for reason in TRACE_REASONS
                            if counters.get(f"{TRACE_UNCACHEABLE}.{reason}")},

@@ -44,6 +44,7 @@ from typing import Any
 from tensorflow.python.eager import context
 
 from ..core import plugins
+from ..core.counters import FUNCTION_UNCACHEABLE
 from ..core.failures import STORAGE_ERRORS
 from ..core.service import EntryService
 from ..entry import codec, kinds
@@ -90,7 +91,8 @@ class FunctionCache:
             return original(atomic, *args)
         self._seen.add(seen)
         if not self._lock.acquire(blocking=False):  # another first call is running: never wait (see above)
-            log.debug("graphcache: %s first-called while another first call runs: not cached", atomic.name)
+            self._not_cached(atomic.name, optimized.NotStorable("busy", "first-called while another first call "
+                                                                        "runs (another thread's, or its caller's)"))
             return original(atomic, *args)
         try:
             return self._first_call(original, ctx, atomic, args, options)
@@ -118,8 +120,10 @@ class FunctionCache:
     # -- describing and looking up -------------------------------------------------------------------------
     def _describe(self, ctx: Any, fdef: Any, tensor_inputs: tuple[Any, ...], options: Any
                   ) -> keying.FunctionCall | None:
-        if XLA_ATTR in fdef.attr and fdef.attr[XLA_ATTR].b:
-            return None  # jit_compile functions: XLA compiles them (their executables: xla=True)
+        if XLA_ATTR in fdef.attr and fdef.attr[XLA_ATTR].b:  # XLA compiles them (their executables: xla=True)
+            self._not_cached(fdef.signature.name, optimized.NotStorable(
+                "jit_compile", "a jit_compile function: XLA compiles it (its executables are cached with xla=True)"))
+            return None
         if self._identity_hash is None:
             self._identity_hash = keying.identity_hash(self.cache.identity)
         return keying.describe_call(ctx, fdef, tensor_inputs, options, self._identity_hash)
@@ -166,8 +170,9 @@ class FunctionCache:
         if any(optimized.tf_file_name(name, len(fdef.node_def)) == file_name for name, fdef in call.library.items()):
             # a function this one calls has TensorFlow's file name too: were it instantiated while the file is
             # offered (a call that is not inlined), TensorFlow would load this graph for it
-            log.info("graphcache: %s not served: a function it calls has the same TensorFlow file name", call.name)
             self.cache.count_lookup(KIND, misses=1, compiles=1)
+            self._not_cached(call.name, optimized.NotStorable(
+                "file_name", "not served: a function it calls has the same TensorFlow file name"))
             return run()
         try:
             served = self.dir.place(file_name, optimized.tf_file_bytes(call.name, payload))
@@ -225,12 +230,14 @@ class FunctionCache:
     def _store(self, call: keying.FunctionCall, metadata: Any, seconds: float) -> None:
         graph = optimized.pick_collected(metadata.function_graphs, call.fdef)
         if graph is None:
-            log.debug("graphcache: no optimized graph of %s was collected (its kernel existed already?)", call.name)
+            self._not_cached(call.name, optimized.NotStorable(
+                "not_collected", "TensorFlow's graph collector handed out no optimized graph of it (its kernel "
+                                 "existed already, or it was collected more than once)"))
             return
         try:
             payload = optimized.build(call.fdef, graph, seconds, call.ops | INSTANTIATION_OPS)
         except optimized.NotStorable as exc:
-            log.info("graphcache: function %s is not cached: %s", call.name, exc)
+            self._not_cached(call.name, exc)
             return
         fingerprint = call.canonical()
         header = codec.EntryHeader(
@@ -251,6 +258,27 @@ class FunctionCache:
             key=call.fast_key, version=self.cache.version, identity=self.cache.identity, name=call.name,
             kind=ALIAS_KIND, created=time.time(), extra={"target": target})
         self.cache.write_entry(header, target.encode("ascii"))
+
+    def _not_cached(self, name: str, exc: optimized.NotStorable) -> None:
+        """A function whose optimized graph is not stored or served: counted by reason, logged, and listed by
+        ``graphcache misses`` (best effort: the index may be busy)."""
+        log.info("graphcache: function %s is not cached (%s): %s", name, exc.reason, exc)
+        self.cache.count(**{FUNCTION_UNCACHEABLE: 1, f"{FUNCTION_UNCACHEABLE}.{exc.reason}": 1})
+        if self.cache.strict:
+            self._record_not_cached(name, exc)
+        else:  # off the caller's path: the record may open the index
+            self.cache.start_write(self._record_not_cached, name, exc)
+
+    def _record_not_cached(self, name: str, exc: optimized.NotStorable) -> None:
+        if self.cache.index is None or self.cache.read_only:
+            return
+        try:
+            from ..core.index import misses
+
+            self.cache.record_miss(misses.Miss(time.time(), f"function {name}", "", None, (),
+                                               f"function not cacheable ({exc.reason}): {exc}"))
+        except Exception:  # an explanation is never worth a failed call
+            log.debug("graphcache: recording the function miss of %s failed", name, exc_info=True)
 
     def _failed(self, what: str, exc: BaseException) -> None:
         """An unexpected failure of graphcache's own (not of the call): strict raises, else warn once, count."""

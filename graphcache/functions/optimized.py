@@ -76,7 +76,12 @@ def pick_collected(function_graphs: Iterable[object], fdef: function_pb2.Functio
 
 
 class NotStorable(Exception):
-    """The collected graph cannot be turned into a proto TensorFlow would accept for this function."""
+    """The collected graph cannot be turned into a proto TensorFlow would accept for this function; ``reason``
+    is its counter's (core/counters.py FUNCTION_REASONS)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
 
 
 def build(fdef: function_pb2.FunctionDef, optimized: graph_pb2.GraphDef, seconds: float,
@@ -85,14 +90,14 @@ def build(fdef: function_pb2.FunctionDef, optimized: graph_pb2.GraphDef, seconds
     refuse it (ops the function does not have that are stateful, do I/O or are unknown: e.g. the
     ``_XlaCompile``/``_XlaRun`` pair that auto-clustering adds)."""
     if any(arg.type_attr or arg.number_attr or arg.type_list_attr for arg in fdef.signature.output_arg):
-        raise NotStorable("its outputs are typed by attributes")
+        raise NotStorable("typed_outputs", "its outputs are typed by attributes")
     proto = OptimizedFunctionGraph()
     proto.function_graph.CopyFrom(optimized)
     keys.canonical_function_names(proto.function_graph)
     nodes = {node.name: node for node in proto.function_graph.node}
     for ret_name, node_name in fdef.control_ret.items():
         if node_name not in nodes:
-            raise NotStorable(f"control output {ret_name!r} names node {node_name!r}, which the optimized "
+            raise NotStorable("control_outputs", f"control output {ret_name!r} names node {node_name!r}, which the optimized "
                               "graph does not have (a pass rewrote the control outputs)")
         proto.node_name_to_control_ret[node_name] = ret_name
     proto.ret_types.extend(arg.type for arg in fdef.signature.output_arg)
@@ -104,7 +109,7 @@ def build(fdef: function_pb2.FunctionDef, optimized: graph_pb2.GraphDef, seconds
     introduced = _introduced(proto.function_graph, Counter(node.op for node in proto.function_graph.node),
                              source_ops)
     if introduced:
-        raise NotStorable(f"its optimized graph adds ops a cached graph may not bring in: {', '.join(introduced)}")
+        raise NotStorable("introduced_ops", f"its optimized graph adds ops a cached graph may not bring in: {', '.join(introduced)}")
     return proto.SerializeToString(deterministic=True)
 
 
@@ -122,20 +127,31 @@ def check_complete(graph: graph_pb2.GraphDef) -> None:
         ops.update(node.op for node in fdef.node_def)
     missing = sorted(op for op in ops - library if op_def_registry.get(op) is None)
     if missing:
-        raise NotStorable(f"the optimized graph uses functions it does not hold: {', '.join(missing[:5])}")
+        raise NotStorable("incomplete", "the optimized graph uses functions it does not hold: "
+                                        f"{', '.join(missing[:5])}")
 
 
 def check_signature(proto: OptimizedFunctionGraph, fdef: function_pb2.FunctionDef,
                     ops: Counter[str] | None = None) -> None:
-    """The proto fits ``fdef``: one _Arg per input, one _Retval per output, the same output types.
-    ``ops``: the graph's op types counted (computed here when not given)."""
+    """The proto fits ``fdef``: its argument nodes (``_Arg``, and a multi-device function's ``_DeviceArg`` for
+    arguments in host memory: function_ops.cc) have distinct indices among the function's inputs, each of the
+    input's type; one result node per output, the same output types. An input may have no node: one the optimized
+    graph does not read any more (under a distribution strategy, the iterator of a step whose replicas' inputs
+    arrive as other arguments), as in TensorFlow's own optimized graph. ``ops``: the graph's op types counted
+    (computed here when not given)."""
     ops = Counter(node.op for node in proto.function_graph.node) if ops is None else ops
-    args, rets = ops["_Arg"], ops["_Retval"]
+    inputs = fdef.signature.input_arg
+    indices = [(node.attr["index"].i, node.attr["T"].type) for node in proto.function_graph.node
+               if node.op in ("_Arg", "_DeviceArg")]
+    misfits = [index for index, dtype in indices
+               if not 0 <= index < len(inputs) or (inputs[index].type and dtype != inputs[index].type)]
+    rets = ops["_Retval"] + ops["_DeviceRetval"]
     outputs = [arg.type for arg in fdef.signature.output_arg]
-    if args != len(fdef.signature.input_arg) or rets != len(outputs) or list(proto.ret_types) != outputs \
-            or proto.num_return_nodes != len(outputs):
-        raise NotStorable(f"it has {args} arguments and {rets} results of types {list(proto.ret_types)}; the "
-                          f"function has {len(fdef.signature.input_arg)} and {len(outputs)} of types {outputs}")
+    if misfits or len({index for index, _ in indices}) != len(indices) or rets != len(outputs) \
+            or list(proto.ret_types) != outputs or proto.num_return_nodes != len(outputs):
+        raise NotStorable("signature", f"it has {len(indices)} arguments (indices or types {misfits} do not fit) and "
+                                       f"{rets} results of types {list(proto.ret_types)}; the function has "
+                                       f"{len(inputs)} and {len(outputs)} of types {outputs}")
 
 
 def check_payload(payload: bytes | memoryview, fdef: function_pb2.FunctionDef, source_ops: set[str]) -> None:
