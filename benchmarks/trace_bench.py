@@ -13,7 +13,9 @@ function, ``--keras ResNet50`` and ``--fit small_transformer`` (the issue's thre
 
 ``--keras NAME`` measures a Keras model's first ``predict`` instead (``keras.applications.NAME`` with
 ``weights=None`` and a fixed seed, one 224x224 image, built before every timer): Keras' predict step served
-from the cache keyed by its model (graphcache/traces/kerasstep.py).
+from the cache keyed by its model (graphcache/traces/kerasstep.py). ``--keras-step evaluate`` (or ``fit``)
+times its first ``evaluate`` (or its first ``fit`` step: one batch) instead, compiled with Adam,
+categorical cross-entropy and accuracy before the timer (graphcache/traces/kerasfit.py).
 
 ``--fit NAME`` measures the first ``fit`` instead (``small_transformer``: token and position embeddings, a user
 layer, one attention block, a pooled classifier; ``lstm``: an embedding, an LSTM, a classifier; compiled with
@@ -30,6 +32,7 @@ import is outside every timer). Outputs are checked equal to plain TensorFlow's.
     python benchmarks/trace_bench.py                    # the default run: deep, --keras ResNet50, --fit small_transformer
     python benchmarks/trace_bench.py --runs 1 --blocks 100 --json out.json
     python benchmarks/trace_bench.py --keras MobileNetV2  # or ResNet50, ...
+    python benchmarks/trace_bench.py --keras ResNet50V2 --keras-step evaluate  # or fit
     python benchmarks/trace_bench.py --fit small_transformer  # or lstm
 """
 
@@ -62,7 +65,8 @@ FIT_BATCHES, FIT_BATCH, FIT_LENGTH, FIT_VOCAB = 8, 16, 32, 1000
 DEFAULT_WORKLOADS = (("", ""), ("ResNet50", ""), ("", "small_transformer"))
 
 
-def child_run(variant: str, directory: str, blocks: int, keras_model: str = "", fit_model: str = "") -> dict[str, Any]:
+def child_run(variant: str, directory: str, blocks: int, keras_model: str = "", fit_model: str = "",
+              keras_step: str = "predict") -> dict[str, Any]:
     """(child) One fresh process: the first and a later call of the deep function (or the first and a later
     ``predict`` of ``keras_model``) under ``variant``."""
     tf = common.warm_up()
@@ -78,7 +82,7 @@ def child_run(variant: str, directory: str, blocks: int, keras_model: str = "", 
         timings["enable"] = time.perf_counter() - start
         _time_phases(timings)
     if keras_model:
-        return _keras_run(keras_model, timings, cache)
+        return _keras_run(keras_model, timings, cache, keras_step)
     if fit_model:
         return _fit_run(fit_model, timings, cache)
     w = tf.Variable(np.linspace(-1.0, 1.0, 64, dtype=np.float32).reshape(8, 8))
@@ -106,21 +110,33 @@ def child_run(variant: str, directory: str, blocks: int, keras_model: str = "", 
     return {"out": out, "timings": timings}
 
 
-def _keras_run(name: str, timings: dict[str, Any], cache: Any) -> dict[str, Any]:
+def _keras_run(name: str, timings: dict[str, Any], cache: Any, step: str = "predict") -> dict[str, Any]:
     import keras
     import numpy as np
 
     keras.utils.set_random_seed(0)
     model = getattr(keras.applications, name)(weights=None, input_shape=(224, 224, 3))
     x = np.linspace(0.0, 1.0, 224 * 224 * 3, dtype=np.float32).reshape(1, 224, 224, 3)
+    y = np.eye(1000, dtype=np.float32)[[7]]
+    if step != "predict":
+        model.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["accuracy"])
+
+    def call() -> Any:
+        if step == "evaluate":
+            return model.evaluate(x, y, verbose=0)
+        if step == "fit":
+            return model.fit(x, y, epochs=1, verbose=0).history["loss"]
+        return model.predict(x, verbose=0)
+
     start = time.perf_counter()
-    out = model.predict(x, verbose=0)
+    out = call()
     timings["first"] = time.perf_counter() - start
     _counting["phases"] = False
     start = time.perf_counter()
-    model.predict(x, verbose=0)
+    call()
     timings["steady"] = time.perf_counter() - start
-    timings["nodes"] = len(model.predict_function.get_concrete_function([(x,)]).function_def.node_def)
+    if step == "predict":
+        timings["nodes"] = len(model.predict_function.get_concrete_function([(x,)]).function_def.node_def)
     if cache is not None:
         cache.wait_for_writes()
         stats = cache.stats()
@@ -212,7 +228,8 @@ def _time_phases(timings: dict[str, Any]) -> None:
         setattr(module, name, timed)
 
 
-def run(runs: int, blocks: int, log: Any = print, keras_model: str = "", fit_model: str = "") -> dict[str, Any]:
+def run(runs: int, blocks: int, log: Any = print, keras_model: str = "", fit_model: str = "",
+        keras_step: str = "predict") -> dict[str, Any]:
     results: dict[str, list[dict[str, Any]]] = {variant: [] for variant in VARIANTS}
     for index in range(runs):
         dirs = {kind: tempfile.mkdtemp(prefix=f"trace-bench-{kind}-") for kind in ("traces", "all")}
@@ -220,7 +237,8 @@ def run(runs: int, blocks: int, log: Any = print, keras_model: str = "", fit_mod
             for variant in VARIANTS:
                 directory = dirs["all" if variant.endswith("_all") else "traces"]
                 result = common.run_function("trace_bench", "child_run", variant=variant, directory=directory,
-                                             blocks=blocks, keras_model=keras_model, fit_model=fit_model)
+                                             blocks=blocks, keras_model=keras_model, fit_model=fit_model,
+                                             keras_step=keras_step)
                 results[variant].append(result)
                 log(f"run {index + 1}/{runs} {variant:9s} first {result['timings']['first']:.3f}s")
         finally:
@@ -229,7 +247,8 @@ def run(runs: int, blocks: int, log: Any = print, keras_model: str = "", fit_mod
     outputs = {result["out"] for rows in results.values() for result in rows}
     assert len(outputs) == 1, f"outputs differ between variants: {outputs}"
     summary = {variant: common.medians([row["timings"] for row in rows]) for variant, rows in results.items()}
-    return {"blocks": blocks, "keras": keras_model, "fit": fit_model, "runs": runs, "medians": summary,
+    return {"blocks": blocks, "keras": keras_model, "keras_step": keras_step, "fit": fit_model, "runs": runs,
+            "medians": summary,
             "machine": common.machine_info()}
 
 
@@ -244,8 +263,10 @@ def table(result: dict[str, Any]) -> str:
         return f"Keras {result['fit']} first fit step, medians of {result['runs']} fresh processes\n" + \
             common.text_table(rows)
     nodes = int(result["medians"]["plain"].get("nodes", 0))
-    what = f"Keras {result['keras']} first predict" if result.get("keras") else "deep function"
-    return f"{what}, {nodes} nodes, medians of {result['runs']} fresh processes\n" + common.text_table(rows)
+    step = {"predict": "predict", "evaluate": "evaluate", "fit": "fit step"}[result.get("keras_step", "predict")]
+    what = f"Keras {result['keras']} first {step}" if result.get("keras") else "deep function"
+    size = f", {nodes} nodes" if nodes else ""
+    return f"{what}{size}, medians of {result['runs']} fresh processes\n" + common.text_table(rows)
 
 
 def progress(message: str) -> None:
@@ -257,13 +278,16 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--blocks", type=int, default=DEEP_BLOCKS)
     parser.add_argument("--keras", default="", help="a keras.applications model: time its first predict instead")
+    parser.add_argument("--keras-step", default="predict", choices=("predict", "evaluate", "fit"),
+                        help="with --keras: time its first evaluate or first fit step instead of predict")
     parser.add_argument("--fit", default="", choices=("", *FIT_MODELS), help="time a Keras model's first fit instead")
     parser.add_argument("--json", type=Path)
     common.add_out_argument(parser, "trace_bench")
     args = parser.parse_args()
     with common.teed_stdout(args.out, args.append):
         if args.keras or args.fit:
-            result = run(args.runs, args.blocks, log=progress, keras_model=args.keras, fit_model=args.fit)
+            result = run(args.runs, args.blocks, log=progress, keras_model=args.keras, fit_model=args.fit,
+                         keras_step=args.keras_step)
             print(table(result))
         else:  # the default run: the issue's three workloads, each in its own fresh processes
             results = [run(args.runs, args.blocks, log=progress, keras_model=keras, fit_model=fit)
