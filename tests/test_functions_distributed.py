@@ -20,8 +20,7 @@ tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConf
 import graphcache
 keras.utils.set_random_seed(0)
 cache_dir = {cache_dir!r}
-if cache_dir:
-    graphcache.install(cache_dir=cache_dir, traces=True)
+cache = graphcache.install(cache_dir=cache_dir, traces=True) if cache_dir else None
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 with strategy.scope():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)])
@@ -29,9 +28,9 @@ with strategy.scope():
 x = np.random.RandomState(0).rand(32, 4).astype("float32")
 history = model.fit(x, x.sum(1, keepdims=True), epochs=2, batch_size=8, verbose=0, shuffle=False)
 out = {{"loss": history.history["loss"], "pred": model.predict(x[:4], verbose=0).ravel().tolist()}}
-if cache_dir:
-    graphcache.wait_for_writes()
-    stats = graphcache.GraphCache(cache_dir).stats()
+if cache is not None:
+    cache.wait_for_writes()
+    stats = cache.stats()
     out.update(functions=stats.functions, function_reasons=stats.function_reasons, trace_reasons=stats.trace_reasons)
 print(json.dumps(out))
 '''
