@@ -589,3 +589,42 @@ def test_a_restored_trace_runs_by_name_builds_its_graph_on_demand_and_falls_back
         y = failing._call_flat([x], failing.captured_inputs)["y"]
     assert tape.gradient(y, w).numpy().tolist() == [3.0, 4.0]  # from the fresh trace the fallback gave
     assert [str(exc) for exc in fallbacks] == ["no graph today"]
+
+
+NESTED_OUTPUTS_CHILD = '''
+import json, logging, warnings
+import tensorflow as tf
+from tests.helpers import trace_child_preamble
+exec(trace_child_preamble({cache_dir}))
+matmul = tf.function(tf.linalg.matmul)
+
+@tf.function
+def square(a):
+    return matmul(a, a), {{"b": tf.constant(1.0)}}
+
+@tf.function
+def outer(x):
+    return square(x)[0] + 1.0
+
+t = tf.constant([[1.0, 2.0], [3.0, 4.0]])
+out = {{}}
+for name, fn, arg in (("square", square, t), ("outer", outer, t),
+                      ("unknown", outer, tf.TensorSpec((None, None), tf.float32))):
+    concrete = fn.get_concrete_function(arg)
+    out[name] = [str(concrete.output_shapes), str(concrete.output_dtypes), str(concrete.structured_outputs)]
+out["values"] = [square(t)[0].numpy().tolist(), outer(t).numpy().tolist()]
+if {cache_dir} is not None:
+    cache.wait_for_writes()
+    out["hits"] = cache.stats().traces["trace_hits"]
+print(json.dumps(out))
+'''
+
+
+def test_a_restored_trace_has_the_traced_output_shapes_also_through_nested_functions(cache_dir):
+    """A stored trace's graph is rebuilt by the SavedModel loader, which does not know the output shapes of the
+    functions a function calls; the restored function's output shapes are the traced one's all the same."""
+    plain, cold, warm = (run_python(NESTED_OUTPUTS_CHILD.format(cache_dir=repr(directory)))
+                         for directory in (None, str(cache_dir), str(cache_dir)))
+    assert warm["hits"] >= 3
+    for run in (cold, warm):
+        assert {name: run[name] for name in plain} == plain

@@ -255,10 +255,17 @@ def restore_graph(trace: StoredTrace, captures: list[Any], function_type: Any, t
     graph = concrete.graph
     outputs = iter(graph.outputs)
 
+    def take(spec: Any) -> Any:
+        # The loader does not know the output shapes of the functions a function calls, so an output computed by
+        # a nested tf.function has an unknown shape in the imported graph; the traced one's is in the entry.
+        tensor = next(outputs)
+        tensor.set_shape(spec.shape)
+        return tensor
+
     def rebuilt(spec: Any) -> Any:  # an output of _output_spec's kinds, from its components among graph.outputs
         if spec is None or isinstance(spec, tensor_lib.TensorSpec):
-            return None if spec is None else next(outputs)
-        return spec._from_compatible_tensor_list([next(outputs) for _ in spec._flat_tensor_specs])
+            return None if spec is None else take(spec)
+        return spec._from_compatible_tensor_list([take(component) for component in spec._flat_tensor_specs])
 
     graph.structured_outputs = nest.map_structure(rebuilt, _decoded(trace.outputs))
     output_type = trace_type.from_value(graph.structured_outputs, type_context)
