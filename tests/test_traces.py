@@ -628,3 +628,43 @@ def test_a_restored_trace_has_the_traced_output_shapes_also_through_nested_funct
     assert warm["hits"] >= 3
     for run in (cold, warm):
         assert {name: run[name] for name in plain} == plain
+
+
+WARNING_CHILD = '''
+import json, logging, warnings
+import numpy as np
+import tensorflow as tf
+import keras
+from tests.helpers import trace_child_preamble
+exec(trace_child_preamble({cache_dir}))
+
+class CarefulWarning(UserWarning):
+    pass
+
+@tf.function
+def scaled(x):
+    warnings.warn("scaled() traced with a float input", CarefulWarning)
+    return x * 2.0
+
+inputs = {{"a": keras.Input((2,), name="a"), "b": keras.Input((2,), name="b")}}
+model = keras.Model(inputs, keras.layers.Add()([inputs["a"], inputs["b"]]))
+out = {{"scaled": scaled(tf.ones([2])).numpy().tolist(),
+        # the inputs as a list where the model was built with a dict: Keras warns while tracing predict
+        "predict": model.predict([np.ones((1, 2), "float32"), np.ones((1, 2), "float32")], verbose=0).tolist()}}
+out["warnings"] = sorted({{(w.category.__name__, str(w.message)[:60]) for w in seen_warnings
+                          if issubclass(w.category, UserWarning)}})
+if {cache_dir} is not None:
+    cache.wait_for_writes()
+    out["hits"] = cache.stats().traces["trace_hits"]
+print(json.dumps(out))
+'''
+
+
+def test_warnings_given_while_tracing_are_given_again_on_a_hit(cache_dir):
+    plain, cold, warm = (run_python(WARNING_CHILD.format(cache_dir=repr(directory)))
+                         for directory in (None, str(cache_dir), str(cache_dir)))
+    assert any(name == "CarefulWarning" for name, _ in plain["warnings"]), plain["warnings"]
+    assert len(plain["warnings"]) >= 2, plain["warnings"]  # the user's and Keras' structure warning
+    assert warm["hits"] >= 1  # Keras' predict step; scaled() reads the warnings module: traced every time
+    for run in (cold, warm):
+        assert (run["scaled"], run["predict"], run["warnings"]) == (plain["scaled"], plain["predict"], plain["warnings"])

@@ -52,7 +52,7 @@ from ..core.service import EntryService
 from ..entry import codec, kinds
 from ..entry.keyparts import hash_json
 from ..errors import CacheIOError, CorruptEntryError
-from . import instance, kerasfit, kerasstep, keying, recording, stored
+from . import instance, kerasfit, kerasstep, keying, recording, stored, warned
 from .walk import Uncacheable, is_library
 
 log = logging.getLogger("graphcache")
@@ -158,6 +158,7 @@ class TraceCache:
                 stale = self._stale(key, found[1], trace, name) if self.verify else None
                 if stale is not None:
                     return stale
+                warned.give(found[0].extra.get("warnings") or [])  # as its Python would have
                 if isinstance(root, kerasstep.PredictStep):
                     kerasstep.after_hit(root)
                 elif isinstance(root, kerasfit.FitStep):
@@ -234,7 +235,8 @@ class TraceCache:
             return next_creator(**kwargs)
 
         start = time.perf_counter()
-        with variable_scope.variable_creator_scope(note_creation), recording.record() as record:
+        with variable_scope.variable_creator_scope(note_creation), recording.record() as record, \
+                warned.recorded() as given:
             concrete = trace()
         seconds = time.perf_counter() - start
         try:
@@ -247,6 +249,7 @@ class TraceCache:
                 raise Uncacheable("side_effect", "its trace changed a value it reads (appended to a list, ...)")
             described = stored.describe(concrete, key.walk.bindings)
             described.forward_only = isinstance(root, KERAS_STEPS)
+            described.warnings = given
         except Uncacheable as exc:
             self._uncacheable(name, exc)
             return concrete
@@ -290,7 +293,7 @@ class TraceCache:
             created=time.time(), compile_seconds=seconds, key_parts=key.parts,
             extra={"function": described.name, "functions": len(library.function),
                    "nodes": sum(len(fdef.node_def) for fdef in library.function), "captures": len(described.captures),
-                   "guards": key.guards})
+                   "guards": key.guards, **({"warnings": described.warnings} if described.warnings else {})})
         if self.cache.write_entry(header, payload):
             log.info("graphcache trace stored %s key=%s %.3fs", name, key.key, seconds)
 

@@ -33,7 +33,7 @@ import base64
 import json
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tensorflow.core.framework import function_pb2
@@ -72,6 +72,7 @@ class Described:
     arg_keywords: list[str]
     positional: int
     forward_only: bool = False  # never differentiated from outside (Keras' steps): custom gradients are harmless
+    warnings: list[list[Any]] = field(default_factory=list)  # given while it traced (warned.py), given on a hit
 
 
 @dataclass
