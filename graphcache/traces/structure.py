@@ -13,11 +13,14 @@ so ``PYTHONHASHSEED`` does not fix it). Serialized as they come, the same dict-i
   - the order of every dict's keys: a Dict TraceType's placeholder, and a dict an element spec packs its
     tensors into, iterate in the order the program built the dict (``for k in batch``), while the protos keep
     a map (sorted above) or compare orders as equal;
-  - the class of a Mapping (``dict``, ``OrderedDict``, ``defaultdict``, yours), of a namedtuple or an attrs class
-    (their protos hold ``__name__`` and field names only), of a TypeSpec and of a sequence inside one: the
-    traced function is handed instances of those classes. Each class is keyed by the walk (walk.py): a
-    library class by its name and package, a namedtuple by its fields and defaults (namedtuples.py), a user
-    class by its code (a method the function calls on its argument: ``p.total()``), else refused.
+  - the class of a Mapping (``dict``, ``OrderedDict``, ``defaultdict``, yours), of a namedtuple (its proto holds
+    ``__name__`` and field names only), of a TypeSpec and of a sequence inside one: the traced function is
+    handed instances of those classes. Each class is keyed by the walk (walk.py): a library class by its name
+    and package, a namedtuple by its fields and defaults (namedtuples.py), a user class by its code (a method
+    the function calls on its argument: ``p.total()``), else refused.
+
+An attrs instance or an ExtensionType as an argument has no serialization in TensorFlow: refused before this
+(keying.py, ``signature``).
 """
 
 from __future__ import annotations
@@ -57,11 +60,6 @@ def trace_type(kind: Any, walk: Walk, path: str) -> Any:
         return ["namedtuple", class_name(kind._placeholder_type, walk, path),
                 [trace_type(item, walk, f"{path}.{name}")
                  for name, item in zip(kind.attribute_names, kind.attributes.components, strict=True)]]
-    if isinstance(kind, default_types.Attrs):
-        named = kind.named_attributes
-        return ["attrs", class_name(kind._placeholder_type, walk, path),
-                [trace_type(item, walk, f"{path}.{name}")
-                 for name, item in zip(named.attribute_names, named.attributes.components, strict=True)]]
     if isinstance(kind, default_types.List):
         return ["list", [trace_type(item, walk, f"{path}[{index}]")
                          for index, item in enumerate(kind.components_tuple.components)]]
