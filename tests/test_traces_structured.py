@@ -270,6 +270,16 @@ def test_a_structure_class_the_walk_refuses_refuses_the_trace():
         signature(first_value, Noisy(a=tf.ones([2])))
     assert refused.value.reason == "builtin"
 
+    def doubled(self):  # runs in the trace: a key that named the spec only would miss a change of it
+        return self.v * 2.0
+
+    # Registered by its __name__, so TensorFlow serializes its spec (by that name); annotations as objects.
+    registered = type("Registered", (tf.experimental.ExtensionType,),
+                      {"__name__": "graphcache_test.Registered", "__annotations__": {"v": tf.Tensor},
+                       "doubled": doubled, "__module__": __name__})  # type() under ABCMeta would say "abc"
+    with pytest.raises(Uncacheable):
+        signature(lambda value: value.doubled(), registered(v=tf.ones([2])))
+
 
 def test_made_by_namedtuple_names_only_what_namedtuple_made():
     from graphcache.traces.namedtuples import made_by_namedtuple

@@ -181,7 +181,8 @@ def compute(root: Any, function_type: Any, tracing_options: Any, function_contex
     if log.isEnabledFor(logging.DEBUG):
         log.debug("key %s for the trace of %s: %s", key, tracing_options.name,
                   " ".join(f"{p}={parts[p]}" for p in PART_ORDER))
-    guards = {**walk.guards, **structures.guards, **{f"setting:{name}": json.dumps(value)[:GUARD_TEXT] for name, value in settings.items()},
+    guards = {**walk.guards, **structures.guards,
+              **{f"setting:{name}": json.dumps(value)[:GUARD_TEXT] for name, value in settings.items()},
               **{f"package:{name}": trust.identity(name)[:GUARD_TEXT] for name in sorted(walk.packages)}}
     return TraceKey(key, parts, walk, guards)
 
