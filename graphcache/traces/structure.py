@@ -20,7 +20,8 @@ so ``PYTHONHASHSEED`` does not fix it). Serialized as they come, the same dict-i
     the function calls on its argument: ``p.total()``), else refused.
 
 An attrs instance or an ExtensionType as an argument has no serialization in TensorFlow: refused before this
-(keying.py, ``signature``).
+(keying.py, ``signature``). An ExtensionType registered by its ``__name__`` serializes as that name: the walk of its
+spec class reaches its value class's ABC state and refuses it (``value``; tests/test_traces_structured.py).
 """
 
 from __future__ import annotations
