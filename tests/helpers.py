@@ -23,9 +23,11 @@ def bfloat16_unavailable() -> str | None:
     return accelerate.unavailable(variant, onednn_enabled())
 
 
-def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float = 300) -> dict:
-    """Run ``code`` in a fresh Python process; it must print one JSON object as its last stdout line."""
-    full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT), **(env or {})}
+def run_python(code: str, *, env: dict[str, str | None] | None = None, timeout: float = 300) -> dict:
+    """Run ``code`` in a fresh Python process; it must print one JSON object as its last stdout line. A variable
+    that ``env`` sets to None is removed from the child's environment (``PYTHONHASHSEED``: a random seed)."""
+    merged = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT), **(env or {})}
+    full_env = {name: value for name, value in merged.items() if value is not None}
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                           env=full_env, timeout=timeout, cwd=ROOT)
     if proc.returncode != 0:

@@ -5,8 +5,10 @@
   its code reads (instance.py); for Keras' predict step, the model (kerasstep.py); for its
   train and test steps, the model, optimizer, losses and metrics (kerasfit.py);
 - ``signature``: the FunctionType TensorFlow traces for (each argument's TraceType: TensorSpecs with shape
-  and dtype, Python values as literals; after reduce_retracing's generalization), the function's own
-  declared type (input_signature included) and its default values;
+  and dtype, Python values as literals, dicts, tuples, lists, namedtuples and tf.data element specs; after
+  reduce_retracing's generalization), the function's own declared type (input_signature included) and its
+  default values: in structure.py's canonical form (the same in every process: TensorFlow's own serialization
+  of a dict in an element spec is not), with each dict's key order and each structure's class;
 - ``options``: the tf.function's name, autograph and its options, reduce_retracing, the FunctionDef
   attributes (jit_compile, experimental_attributes, ...), the variable-creation scope of the trace;
 - ``context``: the eager device scope and the function context TensorFlow keys its own traces by;
@@ -38,9 +40,9 @@ from tensorflow.python.eager.polymorphic_function import function_context, trans
 from tensorflow.python.framework import ops
 from tensorflow.python.saved_model import save_context
 
-from ..entry.keyparts import combine, hash_json, hash_text
+from ..entry.keyparts import combine, hash_json
 from ..version import package_version
-from . import ambient, instance, kerasfit, kerasstep, trust
+from . import ambient, instance, kerasfit, kerasstep, structure, trust
 from .walk import GUARD_TEXT, Uncacheable, Walk
 
 log = logging.getLogger("graphcache")
@@ -84,20 +86,24 @@ def check_context(scope_type: Any) -> Any:
     return function_context_now
 
 
-def signature_part(function_type: Any, tracing_options: Any) -> str:
+def signature_part(function_type: Any, tracing_options: Any) -> tuple[str, Walk]:
+    """The hash of the traced and declared FunctionTypes in their canonical form (structure.py: the same in every
+    process, dict key orders and structure classes included) and the defaults; with the walk that keyed the
+    structures' classes and the defaults."""
+    # The parameters only: a retrace with reduce_retracing carries the previous trace's captures (keyed by
+    # id, which has no serialization); what this trace captures is the walk's (the code part).
+    parameters = function_type_lib.FunctionType(function_type.parameters.values())
+    declared = tracing_options.polymorphic_type
     try:
-        # The parameters only: a retrace with reduce_retracing carries the previous trace's captures (keyed by
-        # id, which has no serialization); what this trace captures is the walk's (the code part).
-        parameters = function_type_lib.FunctionType(function_type.parameters.values())
-        traced = parameters.to_proto().SerializeToString(deterministic=True)
-        declared = tracing_options.polymorphic_type.to_proto().SerializeToString(deterministic=True)
+        protos = parameters.to_proto(), declared.to_proto()
     except Exception as exc:  # a TraceType without a serialization (a Python object argument, ...)
         raise Uncacheable("signature", f"an argument's type cannot be serialized ({type(exc).__name__}: {exc})") \
             from None
     walk = Walk()
+    shapes = [structure.describe(parameters, walk), structure.describe(declared, walk)]
     for name in sorted(tracing_options.default_values or {}):
         walk.value(tracing_options.default_values[name], f"default:{name}")
-    return hash_text(traced + b"\0" + declared + b"\0" + walk.digest().encode())
+    return hash_json([[structure.canonical(proto) for proto in protos], shapes, walk.digest()]), walk
 
 
 def options_part(tracing_options: Any) -> str:
@@ -158,10 +164,13 @@ def compute(root: Any, function_type: Any, tracing_options: Any, function_contex
     """The key of tracing ``root`` (the user's Python function or a Keras predict step) for ``function_type``;
     raises Uncacheable."""
     walk = walk_root(root)
+    signature, structures = signature_part(function_type, tracing_options)
+    walk.packages |= structures.packages  # the trusted packages of the arguments' classes, in ``versions``
+    walk.hash_order = walk.hash_order or structures.hash_order
     settings = settings_values(walk)
     parts = {
         "code": walk.digest(),
-        "signature": signature_part(function_type, tracing_options),
+        "signature": signature,
         "options": options_part(tracing_options),
         "context": context_part(function_context_now),
         "settings": hash_json(settings),
@@ -172,7 +181,8 @@ def compute(root: Any, function_type: Any, tracing_options: Any, function_contex
     if log.isEnabledFor(logging.DEBUG):
         log.debug("key %s for the trace of %s: %s", key, tracing_options.name,
                   " ".join(f"{p}={parts[p]}" for p in PART_ORDER))
-    guards = {**walk.guards, **{f"setting:{name}": json.dumps(value)[:GUARD_TEXT] for name, value in settings.items()},
+    guards = {**walk.guards, **structures.guards,
+              **{f"setting:{name}": json.dumps(value)[:GUARD_TEXT] for name, value in settings.items()},
               **{f"package:{name}": trust.identity(name)[:GUARD_TEXT] for name in sorted(walk.packages)}}
     return TraceKey(key, parts, walk, guards)
 

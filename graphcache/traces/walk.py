@@ -52,6 +52,7 @@ from tensorflow.python.framework import tensor as tensor_lib
 from tensorflow.python.ops import resource_variable_ops
 
 from .bytecode import Reads, membership_only, scan
+from .namedtuples import is_plain_namedtuple, made_by_namedtuple
 from .trust import is_trusted, trust_of
 
 # Builtins a traced function may call: none of them has a side effect or a per-process result.
@@ -318,7 +319,7 @@ class Walk:
                 self.guard(path, repr(obj))
         elif kind in CONTAINERS:
             self._container(obj, path)
-        elif isinstance(obj, tuple) and _is_plain_namedtuple(kind):
+        elif isinstance(obj, tuple) and is_plain_namedtuple(kind):
             self._emit("namedtuple", kind.__module__, kind.__qualname__, kind._fields, repr(kind._field_defaults))
             self._container(obj, path)
         elif isinstance(obj, types.FunctionType):
@@ -369,9 +370,13 @@ class Walk:
         self.guard(path, f"class {cls.__qualname__}")
         for index, base in enumerate(cls.__bases__):
             self._class(base, _join(path, f"b{index}"))
+        made = made_by_namedtuple(cls)  # its fields and defaults say what collections.namedtuple made of it
+        if made:
+            self._emit("namedtuple", cls._fields)
+            self.value(cls._field_defaults, _join(path, "defaults"))
         is_enum = isinstance(cls, enum.EnumMeta)
         for name, attr in vars(cls).items():
-            if name in SKIPPED_CLASS_ATTRS or (name.startswith("__") and name.endswith("__")
+            if name in made or name in SKIPPED_CLASS_ATTRS or (name.startswith("__") and name.endswith("__")
                                                and not isinstance(attr, types.FunctionType)):
                 continue
             if is_enum and _is_sunder(name):  # Enum's own bookkeeping: its members are keyed as attributes
@@ -512,7 +517,7 @@ def _keyable(obj: Any) -> bool:
     object read through its attributes."""
     kind = type(obj)
     return kind in PLAIN_SCALARS or kind in CONTAINERS or kind is tensor_lib.TensorSpec or \
-        isinstance(obj, KEYABLE_TYPES) or (isinstance(obj, tuple) and _is_plain_namedtuple(kind)) or \
+        isinstance(obj, KEYABLE_TYPES) or (isinstance(obj, tuple) and is_plain_namedtuple(kind)) or \
         _library_export(obj)
 
 
@@ -531,17 +536,6 @@ def _library_export(obj: Any) -> bool:
 
 def _is_sunder(name: str) -> bool:
     return len(name) > 2 and name[0] == name[-1] == "_" and name[1] != "_" and name[-2] != "_"
-
-
-NAMEDTUPLE_MEMBERS = frozenset({"__doc__", "__getnewargs__", "__match_args__", "__module__", "__new__", "__repr__",
-                                "__slots__", "_asdict", "_field_defaults", "_fields", "_make", "_replace"})
-
-
-def _is_plain_namedtuple(kind: type) -> bool:
-    """A class made by collections.namedtuple and nothing more (its fields and defaults say all it does)."""
-    fields = getattr(kind, "_fields", None)
-    return kind.__bases__ == (tuple,) and isinstance(fields, tuple) and \
-        set(vars(kind)) <= NAMEDTUPLE_MEMBERS | set(fields)
 
 
 def _original_builtin(name: str, obj: Any) -> bool:

@@ -17,8 +17,9 @@ LIBRARY_FILES = "library-files"
 LIBRARY_CONFIG = "library-config"
 UNWALKED = "unwalked-path"
 PROCESS = "process-state"
+STRUCTURE = "structured-input"
 MUST_HIT = "must-hit"
-CLASSES = (USER_AS_LIBRARY, LIBRARY_STATE, LIBRARY_FILES, LIBRARY_CONFIG, UNWALKED, PROCESS)
+CLASSES = (USER_AS_LIBRARY, LIBRARY_STATE, LIBRARY_FILES, LIBRARY_CONFIG, UNWALKED, PROCESS, STRUCTURE)
 
 PLACEHOLDER = "@V@"  # replaced by the variant's value in the program and in every file's text
 
