@@ -611,3 +611,36 @@ def test_a_replaced_builtin_a_numpy_subclass_and_a_variables_name_are_keyed():
     assert _reason(lambda x: x * float(masked.sum())) == "value"  # its bytes are not all it holds
     first, second = tf.Variable(1.0, name="first"), tf.Variable(1.0, name="second")
     assert _digest(lambda x: x * first) != _digest(lambda x: x * second)  # code may branch on a variable's name
+
+
+def test_code_named_after_a_trusted_module_but_made_elsewhere_is_walked():
+    """A ``__module__`` is a name: a class made by calling ``abc.ABCMeta(...)`` here is named ``abc``'s, and
+    ``exec`` with a borrowed ``__name__`` names a library; neither is the library's code (trust.defines)."""
+    import abc
+
+    import keras
+
+    from graphcache.traces import trust
+    from graphcache.traces.walk import Walk
+
+    def scale(self, x):
+        return x * 2.0
+
+    made_here = abc.ABCMeta("MadeHere", (), {"scale": scale})
+    assert made_here.__module__ == "abc" and not trust.class_defines(made_here)
+    namespace = {"__name__": "keras"}
+    exec("def triple(x):\n    return x * 3\n", namespace)
+    assert not trust.defines("keras", namespace["triple"].__code__.co_filename)
+    assert trust.class_defines(keras.layers.Dense) and trust.class_defines(abc.ABC)
+
+    def digest(value) -> str:
+        walk = Walk()
+        walk.value(value, "v")
+        return walk.digest()
+
+    from graphcache.traces.walk import Uncacheable
+
+    with pytest.raises(Uncacheable):  # walked as user code (its ABC bookkeeping is no plain value), not named
+        digest(made_here)
+    exec("def triple(x):\n    return x * 4\n", namespace_other := {"__name__": "keras"})
+    assert digest(namespace["triple"]) != digest(namespace_other["triple"])

@@ -30,6 +30,7 @@ import os
 import re
 import sys
 import sysconfig
+import types
 from dataclasses import dataclass
 
 import xxhash
@@ -68,6 +69,12 @@ class Trust:
     """Why a module is trusted: ``identity`` names it in a key (a distribution name, ``python``, graphcache)."""
 
     identity: str
+
+
+@functools.cache
+def _site_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple(sorted({os.path.realpath(paths[name]) + os.sep for name in ("purelib", "platlib") if name in paths}))
 
 
 @functools.cache
@@ -162,6 +169,36 @@ def trust_of(module_name: str) -> Trust | None:
 
 def is_trusted(module_name: str) -> bool:
     return trust_of(module_name) is not None
+
+
+def defines(module_name: str, filename: str) -> bool:
+    """Whether code compiled from ``filename`` is the trusted ``module_name``'s own: the file lies in the folder
+    its package was loaded from (the interpreter's library, for the standard library). A ``__module__`` is only
+    a name: a class made by calling ``abc.ABCMeta(...)`` from user code is named ``abc``'s, and ``exec`` with a
+    borrowed ``__name__`` names a library; such code is walked, not trusted."""
+    trust = trust_of(module_name)
+    if trust is None or not filename:
+        return False
+    real = os.path.realpath(filename)
+    if trust.identity == STDLIB:  # the library's folders (a virtual environment's holds site-packages too)
+        return any(real.startswith(root) for root in _stdlib_roots()) and \
+            not any(real.startswith(root) for root in _site_roots())
+    top = OWN_PACKAGE if trust.identity == OWN_PACKAGE else _trusted_prefix(module_name)
+    module = sys.modules.get(top or "")
+    folders = [os.path.dirname(path) if path.endswith(".py") else path for path in _files(module)] if module else []
+    return any(real.startswith(os.path.realpath(folder) + os.sep) for folder in folders)
+
+
+def class_defines(cls: type) -> bool:
+    """``defines`` for a class: each function in its namespace compiled from its module's files; a class without
+    functions of its own must be what its module holds under its qualified name."""
+    codes = [attr.__code__ for attr in vars(cls).values() if isinstance(attr, types.FunctionType)]
+    if codes:
+        return all(defines(cls.__module__, code.co_filename) for code in codes)
+    owner: object = sys.modules.get(cls.__module__)
+    for part in cls.__qualname__.split("."):
+        owner = getattr(owner, part, None)
+    return owner is cls
 
 
 @functools.cache

@@ -53,7 +53,7 @@ from tensorflow.python.ops import resource_variable_ops
 
 from .bytecode import Reads, membership_only, scan
 from .namedtuples import is_plain_namedtuple, made_by_namedtuple
-from .trust import is_trusted, trust_of
+from .trust import class_defines, defines, is_trusted, trust_of
 
 # Builtins a traced function may call: none of them has a side effect or a per-process result.
 SAFE_BUILTINS = frozenset({
@@ -350,7 +350,7 @@ class Walk:
 
     def _reached_function(self, fn: types.FunctionType, path: str) -> None:
         module = getattr(fn, "__module__", None) or ""
-        if self.trusted(module):
+        if self.trusted(module) and defines(module, fn.__code__.co_filename):
             _check_stateful(module, path)
             _check_state_reader(fn, path)
             self._emit("library function", module, fn.__qualname__)
@@ -359,7 +359,7 @@ class Walk:
             self.function(fn, path)
 
     def _class(self, cls: type, path: str) -> None:
-        if self.trusted(cls.__module__):
+        if self.trusted(cls.__module__) and class_defines(cls):
             _check_stateful(cls.__module__, path)
             _check_state_reader(cls, path)
             self._emit("library class", cls.__module__, cls.__qualname__)
