@@ -25,8 +25,8 @@ A trace (only a top-level one, in eager mode: traces nested inside another trace
    mode), the entry removed, and the fresh trace used;
 4. miss: the function is traced under a variable creator that notes every variable created, and recorded
    (recording.py: files opened, modules imported, environment variables read); a trace that created
-   variables, did what its key cannot see, changed a value it read (walked again afterwards), or that
-   stored.py refuses, is not stored. Otherwise the entry is written in the background (the function library is read and checked
+   variables, did what its key cannot see, changed a value it read (walked again afterwards, the ``_called``
+   of the Keras layers it called aside: noted, and set again on a hit), or that stored.py refuses, is not stored. Otherwise the entry is written in the background (the function library is read and checked
    there), off the caller's path.
 
 Fail open: a failure of graphcache's own warns once, is counted, and the function is traced normally.
@@ -52,7 +52,7 @@ from ..core.service import EntryService
 from ..entry import codec, kinds
 from ..entry.keyparts import hash_json
 from ..errors import CacheIOError, CorruptEntryError
-from . import instance, kerasfit, kerasstep, keying, recording, stored
+from . import instance, kerasfit, kerasstep, keying, objects, recording, stored
 from .walk import Uncacheable, is_library
 
 log = logging.getLogger("graphcache")
@@ -162,6 +162,8 @@ class TraceCache:
                     kerasstep.after_hit(root)
                 elif isinstance(root, kerasfit.FitStep):
                     kerasfit.after_hit(root)
+                else:
+                    objects.after_hit(key.walk, found[1].called)
                 self.cache.count_lookup(KIND, hits=1, saved_seconds=max(0.0, found[0].compile_seconds - seconds))
                 log.info("graphcache trace hit %s key=%s %.3fs", name, key.key, seconds)
                 return concrete
@@ -233,6 +235,7 @@ class TraceCache:
             created.append(str(kwargs.get("name") or "variable"))
             return next_creator(**kwargs)
 
+        before = objects.before_trace(key.walk)
         start = time.perf_counter()
         with variable_scope.variable_creator_scope(note_creation), recording.record() as record:
             concrete = trace()
@@ -243,10 +246,11 @@ class TraceCache:
             problems = record.problems()
             if problems:
                 raise Uncacheable("recorded", f"while tracing it {'; '.join(problems)} (not in its key)")
-            if not keying.same_reads(key.walk, root):
+            if not keying.same_reads(key.walk, root, before):
                 raise Uncacheable("side_effect", "its trace changed a value it reads (appended to a list, ...)")
             described = stored.describe(concrete, key.walk.bindings)
             described.forward_only = isinstance(root, KERAS_STEPS)
+            described.called = objects.calls(key.walk, before)
         except Uncacheable as exc:
             self._uncacheable(name, exc)
             return concrete
