@@ -157,9 +157,45 @@ def gan_step(real, noise):
 
 real = rng.standard_normal((3, 8, 6)).astype(np.float32)
 noise = rng.standard_normal((3, 8, 4)).astype(np.float32)
+gan_optimizers = generator_optimizer.variables + discriminator_optimizer.variables
 out["gan"] = {{"losses": [[float(v) for v in gan_step(real[i], noise[i])] for i in range(3)],
-              "optimizers": [np.asarray(v).tolist() for v in generator_optimizer.variables + discriminator_optimizer.variables],
+              "optimizers": [np.asarray(v).tolist() for v in gan_optimizers],
+              "names": [[v.path, v.name, v._value.name] for v in gan_optimizers],
               "called": [generator._called, discriminator._called]}}
+
+# (e) mixed precision's shape: a LossScaleOptimizer around SGD, the loss scaled and the gradients unscaled by it
+scaled_model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(3)])
+scaled_optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1, momentum=0.5), initial_scale=64.0)
+
+
+@tf.function
+def scaled_step(x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(scaled_model(x, training=True) - y))
+        scaled = scaled_optimizer.scale_loss(loss)
+    gradients = tape.gradient(scaled, scaled_model.trainable_variables)
+    scaled_optimizer.apply_gradients(zip(gradients, scaled_model.trainable_variables))
+    return loss
+
+
+out["scaled"] = {{"losses": [float(scaled_step(x5, y3)) for _ in range(3)],
+                 "optimizer": [[v.path, v._value.name, np.asarray(v).tolist()] for v in scaled_optimizer.variables]}}
+
+# (f) plain SGD, never built: its first trace builds it without making variables (a hit builds it the same way)
+plain_sgd = keras.optimizers.SGD(0.1)
+sgd_model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)])
+
+
+@tf.function
+def sgd_step(x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(sgd_model(x) - y))
+    plain_sgd.apply_gradients(zip(tape.gradient(loss, sgd_model.trainable_variables), sgd_model.trainable_variables))
+    return loss
+
+
+out["sgd"] = {{"losses": [float(sgd_step(x5, y3)) for _ in range(3)], "built": plain_sgd.built,
+              "trains": [v.path for v in plain_sgd._trainable_variables]}}
 RESULTS = list(out)
 if {use_cache}:
     cache.wait_for_writes()
@@ -174,9 +210,9 @@ print(json.dumps(out))
 VERIFIED = "verified against a fresh trace"
 
 
-def child(cache_dir) -> dict:
+def child(cache_dir, *, verify: bool = True) -> dict:
     code = CHILD.format(capture=trace_child_preamble(cache_dir), use_cache=cache_dir is not None)
-    return run_python(code, env={"GRAPHCACHE_TRACE_VERIFY": "1"}, timeout=600)
+    return run_python(code, env={"GRAPHCACHE_TRACE_VERIFY": "1" if verify else "0"}, timeout=600)
 
 
 def results(out: dict) -> dict:
@@ -189,15 +225,26 @@ def test_tutorial_loops_hit_in_a_later_process_with_plain_results(cache_dir):
         plain, cold = (future.result() for future in running)
     assert results(cold) == results(plain) and not cold["errors"] and not cold["warnings"], cold["log"]
     # Stored: the quickstart's train step (its retrace: the first trace builds the model) and test step, the
-    # built step, the module's train, the GAN step (its retrace: the first creates the optimizers' variables).
-    assert cold["traces"]["trace_misses"] == 5, cold["log"]
-    assert cold["reasons"] == {"creates_variables": 2}, cold["log"]
+    # built step, the module's train, the GAN and loss-scaled steps (their retraces: the first ones create the
+    # optimizers' variables; what they built is stored too, under the first trace's key), the SGD step.
+    assert cold["traces"]["trace_misses"] == 7, cold["log"]
+    assert cold["reasons"] == {"creates_variables": 3}, cold["log"]
+    assert cold["by_kind"]["entries"] == 7 + 2, cold["log"]
 
     warm = child(cache_dir)  # verified: every hit traced anyway and compared
     assert not warm["errors"] and not warm["warnings"], warm["log"]
     assert results(warm) == results(plain), "a hit trains exactly as plain TensorFlow does"
-    assert warm["traces"]["trace_hits"] == 5 and sum(VERIFIED in m for m in warm["log"]) == 5, warm["log"]
-    assert warm["quickstart"]["called"] and warm["built"]["called"] and all(warm["gan"]["called"])
+    # The GAN and loss-scaled steps: their optimizers built before the first trace, which hits (one trace, not
+    # two); the quickstart's first trace still builds its model (refused), its retrace hits.
+    assert sum("before its first trace" in m for m in warm["log"]) == 2, warm["log"]
+    assert warm["traces"]["trace_hits"] == 7 and sum(VERIFIED in m for m in warm["log"]) == 7, warm["log"]
+    assert warm["reasons"] == {"creates_variables": 3 + 1}, warm["log"]  # the cache's counters: both processes
+
+    fast = child(cache_dir, verify=False)  # no fresh trace: what the hits redo (builds, _called) is theirs alone
+    assert results(fast) == results(plain) and not fast["errors"] and not fast["warnings"], fast["log"]
+    assert fast["traces"]["trace_hits"] == 2 * 7 and fast["reasons"] == {"creates_variables": 3 + 2}, fast["log"]
+    assert fast["quickstart"]["called"] and fast["built"]["called"] and all(fast["gan"]["called"])
+    assert fast["sgd"]["built"] and fast["sgd"]["trains"]
 
 
 # -- keys, in this process -------------------------------------------------------------------------------------
@@ -374,3 +421,78 @@ def test_a_custom_gradient_no_output_depends_on_is_stored_one_an_output_depends_
         else:
             with pytest.raises(Uncacheable):
                 stored.check_graph(library)
+
+
+# -- a first trace's build (traces/building.py), in this process ------------------------------------------------
+def _built_eagerly(namespace, optimizer):
+    """What a first trace's apply_gradients does to ``optimizer``, done eagerly: the tf.Variables it made."""
+    from keras.src import backend
+
+    held = {id(variable) for variable in optimizer.variables}
+    with backend.name_scope(optimizer.name, caller=optimizer):
+        optimizer.build(namespace["model"].trainable_variables)
+    optimizer.built = True
+    return [variable._value for variable in optimizer.variables if id(variable) not in held]
+
+
+def _unbuilt_namespace(optimizer):
+    namespace = _namespace(optimizer=optimizer)
+    namespace["optimizer"] = optimizer = type(optimizer).from_config(optimizer.get_config())  # _namespace built it
+    return namespace
+
+
+def test_a_first_trace_s_optimizer_build_is_learned_stored_and_redone_by_the_same_key():
+    import keras
+
+    from graphcache.traces import building
+
+    namespace = _unbuilt_namespace(keras.optimizers.Adam(0.01, name="opt"))
+    walk = _walk(namespace)
+    before = building.unbuilt(walk)
+    assert list(before) == ["g:optimizer"]
+    created = _built_eagerly(namespace, namespace["optimizer"])
+    namespace["model"]._called = True  # the trace calls the model
+    recipe = building.learn(walk, before, created, ["g:model"])
+    assert building.decode(building.encode(recipe)) == recipe
+    (build,) = recipe.builds
+    assert build.optimizer == "g:optimizer" and len(build.variables) == len(namespace["model"].trainable_variables)
+    assert build.made == [variable.path for variable in namespace["optimizer"].variables[2:]]  # after iteration, lr
+
+    again = _unbuilt_namespace(keras.optimizers.Adam(0.01, name="opt"))  # a later process: the same key
+    walk_again = _walk(again)
+    assert walk_again.digest() == walk.digest()
+    assert building.apply(walk_again, recipe) and again["optimizer"].built and again["model"]._called
+    assert [v.path for v in again["optimizer"].variables] == [v.path for v in namespace["optimizer"].variables]
+    assert [v._value.name for v in again["optimizer"].variables] == [v._value.name for v in namespace["optimizer"].variables]
+    assert _walk(again).digest() == _walk(namespace).digest(), "built before the trace: the retrace's key"
+    assert not building.apply(_walk(again), recipe), "built already: nothing is done again"
+
+
+def test_first_traces_that_make_other_variables_leave_no_build_to_redo():
+    import keras
+    import tensorflow as tf
+
+    from graphcache.errors import CorruptEntryError
+    from graphcache.traces import building
+    from graphcache.traces.walk import Uncacheable
+
+    namespace = _unbuilt_namespace(keras.optimizers.Adam(0.01, name="opt"))
+    walk = _walk(namespace)
+    before = building.unbuilt(walk)
+    created = _built_eagerly(namespace, namespace["optimizer"])
+    with pytest.raises(Uncacheable):  # a variable besides the optimizer's (a metric made in the trace, ...)
+        building.learn(walk, before, [*created, tf.Variable(1.0)], [])
+
+    class Mine(keras.optimizers.Adam):  # a user class that says how it builds: not redone
+        def build(self, variables):
+            super().build(variables)
+
+    namespace = _unbuilt_namespace(Mine(0.01, name="opt"))
+    walk = _walk(namespace)
+    before = building.unbuilt(walk)
+    created = _built_eagerly(namespace, namespace["optimizer"])
+    with pytest.raises(Uncacheable) as caught:
+        building.learn(walk, before, created, [])
+    assert "defines how it builds" in caught.value.detail
+    with pytest.raises(CorruptEntryError):
+        building.decode(building.MAGIC + b"{not json")

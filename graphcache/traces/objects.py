@@ -58,7 +58,10 @@ class KerasObjects:
 
     def key(self, walk: Walk, obj: Any, path: str) -> None:
         if isinstance(obj, module_lib.Module):
-            instance.module_rule(walk, obj, path, 0)
+            try:
+                instance.module_rule(walk, obj, path, 0)
+            except Uncacheable as exc:  # instance.py's reason is a method's; here the module is a value read
+                raise Uncacheable("value" if exc.reason == instance.REASON else exc.reason, exc.detail) from None
             return
         if not walk.once(obj, path):
             return
@@ -125,11 +128,12 @@ def _optimizer(walk: Walk, optimizer: Any, path: str) -> None:
         if getattr(current, "_distribution_strategy", None) is not tf.distribute.get_strategy():
             raise Uncacheable(REASON, f"{where}: the optimizer was made under a distribution strategy")
         kerasfit.keras_object(walk, current, where, {})
-        walk.value(("optimizer", bool(current.built)), where)
+        unbuilt = ("unbuilt", id(current)) in walk.before  # as before the trace that built it (building.py)
+        walk.value(("optimizer", False if unbuilt else bool(current.built)), where)
         schedule = getattr(current, "_learning_rate", None)
         if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
             kerasfit.keras_object(walk, schedule, f"{where}/learning_rate", {})
-        trained = list(getattr(current, "_trainable_variables", ()))
+        trained = [] if unbuilt else list(getattr(current, "_trainable_variables", ()))
         walk.value(("trains", len(trained)), f"{where}/trains")
         for index, variable in enumerate(trained):  # by the path the walk first reached each by
             walk.value(variable, f"{where}/trains:{index}")
@@ -158,15 +162,26 @@ def _variable(walk: Walk, variable: Any, path: str) -> None:
     walk.objects.setdefault(path, variable)
 
 
-def before_trace(walk: Walk) -> dict[int, bool]:
-    """The ``_called`` of every layer the walk keyed, before the trace sets it (``Walk(before=...)``)."""
+def before_trace(walk: Walk) -> dict[Any, Any]:
+    """What a trace may change that the walk keys as it was before (``Walk(before=...)``): the ``_called`` of every
+    layer it keyed (by id), and which optimizers are not built yet (``("unbuilt", id)``: a trace may build one,
+    which a hit redoes: building.py)."""
     keras = _keras()
     if keras is None:
         return {}
-    return {id(obj): bool(obj._called) for obj in walk.objects.values() if isinstance(obj, keras.layers.Layer)}
+    state: dict[Any, Any] = {}
+    for obj in walk.objects.values():
+        if isinstance(obj, keras.layers.Layer):
+            state[id(obj)] = bool(obj._called)
+        current = obj if isinstance(obj, keras.optimizers.Optimizer) else None
+        while current is not None:
+            if not current.built:
+                state["unbuilt", id(current)] = True
+            current = getattr(current, "inner_optimizer", None)
+    return state
 
 
-def calls(walk: Walk, before: dict[int, bool]) -> list[str]:
+def calls(walk: Walk, before: dict[Any, Any]) -> list[str]:
     """The layers (by walk path) a miss's trace called for the first time: what a hit sets ``_called`` of."""
     keras = _keras()
     if keras is None:

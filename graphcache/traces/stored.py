@@ -10,7 +10,8 @@ traced function's name), ``inputs`` and ``outputs`` (the structured input signat
 specs, TensorFlow's ``nested_structure_coder`` protos, base64), ``captures`` (per captured input, in
 the trace's order: the walk path of the object it was, ``variable`` or ``tensor``, its dtype and shape),
 ``arg_keywords`` and ``positional`` (the flat calling convention), ``called`` (the Keras layers the trace
-called first, by walk path: a hit sets their ``_called`` as the trace did; objects.py).
+called first, by walk path: a hit sets their ``_called`` as the trace did; objects.py), ``builds`` (the Keras
+optimizers it built without making variables: a hit builds them as the trace did; building.py).
 
 Restoring registers the library in the eager context under new names (a restored library never collides
 with what this process traced itself) and calls it by name (lazy.py), with the captures bound as
@@ -75,6 +76,7 @@ class Described:
     positional: int
     forward_only: bool = False  # never differentiated from outside (Keras' steps): custom gradients are harmless
     called: list[str] = field(default_factory=list)  # layers the trace called first (objects.py), by walk path
+    builds: list[Any] = field(default_factory=list)  # optimizers it built without variables (building.py's JSON)
 
 
 @dataclass
@@ -87,6 +89,7 @@ class StoredTrace:
     arg_keywords: list[str]
     positional: int
     called: list[str] = field(default_factory=list)
+    builds: list[Any] = field(default_factory=list)
 
     @property
     def main(self) -> function_pb2.FunctionDef:
@@ -204,6 +207,8 @@ def encode(described: Described, library: function_pb2.FunctionDefLibrary) -> by
             "arg_keywords": described.arg_keywords, "positional": described.positional}
     if described.called:
         meta["called"] = described.called
+    if described.builds:
+        meta["builds"] = described.builds
     data = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
     return MAGIC + struct.pack(">I", len(data)) + data + library.SerializeToString(deterministic=True)
 
@@ -220,7 +225,7 @@ def decode(payload: bytes | memoryview) -> StoredTrace:
         library = function_pb2.FunctionDefLibrary.FromString(data[start + size:])
         trace = StoredTrace(meta["function"], library, meta["captures"], base64.b64decode(meta["inputs"]),
                             base64.b64decode(meta["outputs"]), list(meta["arg_keywords"]), int(meta["positional"]),
-                            [str(path) for path in meta.get("called", ())])
+                            [str(path) for path in meta.get("called", ())], list(meta.get("builds", ())))
     except Exception as exc:  # JSON, protobuf, a missing field: all mean the bytes are not what was stored
         raise CorruptEntryError(f"stored trace does not decode: {type(exc).__name__}: {exc}") from None
     if not trace.library.function or trace.main.signature.name != trace.function:
