@@ -308,11 +308,13 @@ def describe(layer, x):
     return x
 
 
-def test_keras_models_read_by_a_user_tf_function_are_refused():
-    """``model(x)`` inside the user's own tf.function: the model is an object the walk does not key (yet)."""
+def test_keras_models_read_by_a_user_tf_function_are_keyed_by_the_objects_rule():
+    """``model(x)`` inside the user's own tf.function: walk.py's plain rules refuse the model; the walk a key is made
+    of keys it with objects.py's rule (tests/test_traces_loops.py), its variables bound by path."""
     import keras
     import tensorflow as tf
 
+    from graphcache.traces import keying
     from graphcache.traces.walk import Uncacheable, Walk
 
     model = _functional(keras.layers.Dense(2))
@@ -324,6 +326,8 @@ def test_keras_models_read_by_a_user_tf_function_are_refused():
     with pytest.raises(Uncacheable) as caught:
         Walk().function(run.python_function, "")
     assert caught.value.reason == "value"
+    bindings = keying.walk_root(run.python_function).bindings
+    assert list(bindings) == [f"c:model/keras:{i}:{v.path}" for i, v in enumerate(model.variables)]
 
 
 def _sub_class():

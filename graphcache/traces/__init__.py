@@ -16,9 +16,11 @@ Modules, one job each:
 - ``trust``: which packages are named by identity instead of walked (an allowlist, each with its reason);
 - ``bytecode``: what a code object reads and writes by name (globals, cells, attribute chains, sets, imports);
 - ``walk``: the Python side of the key (code, reached functions and classes, plain values, variables);
+- ``stateful``: the library modules and functions of process state a walk refuses to reach;
 - ``ambient``: the TensorFlow, Keras and NumPy settings a trace can read, one keyed snapshot;
 - ``recording``: what a miss's trace did that its key cannot see (files, untrusted imports, the environment);
 - ``instance``: a tf.function method's object in the key (its class, the attributes its code reads);
+- ``objects``: Keras objects and tf.Modules a trace reads (custom training loops), keyed whole;
 - ``keying``: the key's named parts, and where a trace can be cached at all;
 - ``stored``: the entry payload (function library + signatures + captures), its checks, the rebuild;
 - ``lazy``: a rebuilt trace called by name, its FuncGraph built only when something needs it;

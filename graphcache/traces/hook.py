@@ -25,8 +25,8 @@ A trace (only a top-level one, in eager mode: traces nested inside another trace
    mode), the entry removed, and the fresh trace used;
 4. miss: the function is traced under a variable creator that notes every variable created, and recorded
    (recording.py: files opened, modules imported, environment variables read); a trace that created
-   variables, did what its key cannot see, changed a value it read (walked again afterwards), or that
-   stored.py refuses, is not stored. Otherwise the entry is written in the background (the function library is read and checked
+   variables, did what its key cannot see, changed a value it read (walked again afterwards, the ``_called``
+   of the Keras layers it called aside: noted, and set again on a hit), or that stored.py refuses, is not stored. Otherwise the entry is written in the background (the function library is read and checked
    there), off the caller's path.
 
 Fail open: a failure of graphcache's own warns once, is counted, and the function is traced normally.
@@ -52,7 +52,7 @@ from ..core.service import EntryService
 from ..entry import codec, kinds
 from ..entry.keyparts import hash_json
 from ..errors import CacheIOError, CorruptEntryError
-from . import instance, kerasfit, kerasstep, keying, recording, stored, warned
+from . import building, instance, kerasfit, kerasstep, keying, objects, recording, stored, warned
 from .walk import Uncacheable, is_library
 
 log = logging.getLogger("graphcache")
@@ -104,6 +104,7 @@ class TraceCache:
         self.cache = cache
         self.verify = settings.trace_verify()
         self._identity_hash: str | None = None
+        self._pending: dict[Any, building.Pending] = {}  # a first trace's build, until its retrace is cached
 
     def release(self) -> None:
         """Stop serving this process's traces (runtime.reset, a replacing enable): the wrapper passes them on."""
@@ -138,8 +139,11 @@ class TraceCache:
             if isinstance(root, kerasfit.FitStep):  # its variables must exist before the key binds them
                 kerasfit.build_state(root, function_type)
             function_context_now = keying.check_context(tracing_options.scope_type)
-            key = keying.compute(root, function_type, tracing_options, function_context_now, self.identity_hash())
-            found = self._lookup(key)
+
+            def compute() -> keying.TraceKey:
+                return keying.compute(root, function_type, tracing_options, function_context_now, self.identity_hash())
+
+            key, found = self._find(compute(), compute, name)
         except Uncacheable as exc:
             self._uncacheable(name, exc)
             return trace()
@@ -152,30 +156,64 @@ class TraceCache:
             self._failed(f"keying the trace of {name}", exc)
             return trace()
         if found is not None:
-            restored = self._restore(key, found, function_type, type_context, name, trace)
-            if restored is not None:
-                concrete, seconds = restored
-                stale = self._stale(key, found[1], trace, name) if self.verify else None
-                if stale is not None:
-                    return stale
-                warned.give(found[0].extra.get("warnings") or [])  # as its Python would have
-                if isinstance(root, kerasstep.PredictStep):
-                    kerasstep.after_hit(root)
-                elif isinstance(root, kerasfit.FitStep):
-                    kerasfit.after_hit(root)
-                self.cache.count_lookup(KIND, hits=1, saved_seconds=max(0.0, found[0].compile_seconds - seconds))
-                log.info("graphcache trace hit %s key=%s %.3fs", name, key.key, seconds)
-                return concrete
+            served = self._hit(key, found, root, function_type, type_context, name, trace)
+            if served is not None:
+                return served
         return self._miss(key, root, trace, name)
 
     # -- hit -----------------------------------------------------------------------------------------------
-    def _lookup(self, key: keying.TraceKey) -> tuple[codec.EntryHeader, stored.StoredTrace] | None:
+    def _hit(self, key: keying.TraceKey, found: tuple[codec.EntryHeader, stored.StoredTrace], root: Any,
+             function_type: Any, type_context: Any, name: str, trace: Any) -> Any:
+        """The stored trace restored, or None when it cannot be (then the function is traced)."""
+        restored = self._restore(key, found, function_type, type_context, name, trace)
+        if restored is None:
+            return None
+        concrete, seconds = restored
+        stale = self._stale(key, found[1], trace, name) if self.verify else None
+        if stale is not None:
+            return stale
+        # The optimizers its trace built (the fresh trace of GRAPHCACHE_TRACE_VERIFY built them already)
+        if found[1].builds and not self.verify and not building.redo(key.walk, found[1].builds):
+            return None
+        warned.give(found[0].extra.get("warnings") or [])  # as its Python would have
+        if isinstance(root, kerasstep.PredictStep):
+            kerasstep.after_hit(root)
+        elif isinstance(root, kerasfit.FitStep):
+            kerasfit.after_hit(root)
+        else:
+            objects.after_hit(key.walk, found[1].called)
+        self.cache.count_lookup(KIND, hits=1, saved_seconds=max(0.0, found[0].compile_seconds - seconds))
+        log.info("graphcache trace hit %s key=%s %.3fs", name, key.key, seconds)
+        self._flush(root)
+        return concrete
+
+    def _find(self, key: keying.TraceKey, compute: Any, name: str) -> tuple[keying.TraceKey, Any]:
+        """The stored trace of ``key``. Where a first trace's build is stored there instead (building.py), the
+        optimizers are built before the trace as it says, and the trace is keyed and looked up again."""
+        found = self._lookup(key)
+        if found is None or not isinstance(found[1], building.Recipe):
+            return key, found
+        try:
+            applied = building.apply(key.walk, found[1])
+        except ValueError as exc:  # built, but not as the entry says: a damaged entry; key what there is now
+            self.cache.discard_corrupt(key.key, CorruptEntryError(f"the stored build of {name}: {exc}"))
+            applied = True
+        if not applied:
+            return key, None
+        log.info("graphcache trace %s: built %s before its first trace, as the stored one did", name,
+                 ", ".join(build.optimizer for build in found[1].builds))
+        key = compute()
+        found = self._lookup(key)
+        return key, None if found is None or isinstance(found[1], building.Recipe) else found
+
+    def _lookup(self, key: keying.TraceKey) -> tuple[codec.EntryHeader, Any] | None:
+        """The entry of ``key``: a stored trace, or a first trace's build (building.Recipe)."""
         entry = self.cache.read_entry(key.key, kind=KIND)
         if entry is None:
             return None
         header, payload = entry
         try:
-            return header, stored.decode(payload)
+            return header, building.decode(payload) if building.is_recipe(payload) else stored.decode(payload)
         except CorruptEntryError as exc:
             self.cache.discard_corrupt(key.key, exc)
             return None
@@ -228,12 +266,15 @@ class TraceCache:
 
     # -- miss ----------------------------------------------------------------------------------------------
     def _miss(self, key: keying.TraceKey, root: Any, trace: Any, name: str) -> Any:
-        created: list[str] = []
+        created: list[Any] = []
 
         def note_creation(next_creator: Any, **kwargs: Any) -> Any:
-            created.append(str(kwargs.get("name") or "variable"))
-            return next_creator(**kwargs)
+            variable = next_creator(**kwargs)
+            created.append(variable)
+            return variable
 
+        before = objects.before_trace(key.walk)
+        optimizers = building.unbuilt(key.walk)
         start = time.perf_counter()
         with variable_scope.variable_creator_scope(note_creation), recording.record() as record, \
                 warned.recorded() as given:
@@ -241,14 +282,19 @@ class TraceCache:
         seconds = time.perf_counter() - start
         try:
             if created:
-                raise Uncacheable("creates_variables", f"its trace creates variables ({', '.join(created)})")
+                self._learn(key, root, optimizers, created, objects.calls(key.walk, before), name, seconds)
+                names = ", ".join(str(getattr(variable, "name", "variable")) for variable in created)
+                raise Uncacheable("creates_variables", f"its trace creates variables ({names})")
+            builds = building.built_in_trace(key.walk, optimizers)
             problems = record.problems()
             if problems:
                 raise Uncacheable("recorded", f"while tracing it {'; '.join(problems)} (not in its key)")
-            if not keying.same_reads(key.walk, root):
+            if not keying.same_reads(key.walk, root, before):
                 raise Uncacheable("side_effect", "its trace changed a value it reads (appended to a list, ...)")
             described = stored.describe(concrete, key.walk.bindings)
             described.forward_only = isinstance(root, KERAS_STEPS)
+            described.called = objects.calls(key.walk, before)
+            described.builds = builds
             described.warnings = given
         except Uncacheable as exc:
             self._uncacheable(name, exc)
@@ -261,13 +307,46 @@ class TraceCache:
         self.cache.count_lookup(KIND, misses=1, compiles=1, compile_seconds=seconds)
         if self.cache.read_only:
             self.cache.count_uncacheable("read_only")
-        elif self.cache.strict:  # failures must reach the caller
+            return concrete
+        self._flush(root)
+        if self.cache.strict:  # failures must reach the caller
             self._store(key, described, concrete, seconds, name)
         else:  # reading the library and writing the entry overlap with the caller's first call
             handed_over = threading.Lock()
             handed_over.acquire()
             self.cache.start_write(self._store_fail_open, key, described, concrete, seconds, name, lock=handed_over)
         return concrete
+
+    # -- a first trace's build (building.py) -------------------------------------------------------------------
+    def _learn(self, key: keying.TraceKey, root: Any, optimizers: dict[str, Any], created: list[Any],
+               called: list[str], name: str, seconds: float) -> None:
+        """Note what a first trace built, to store once its retrace is cached (``_flush``); nothing when the
+        variables it created are not exactly its optimizers' builds."""
+        try:
+            recipe = building.learn(key.walk, optimizers, created, called)
+        except Uncacheable as exc:
+            log.info("graphcache: the first trace of %s builds no optimizer alone: %s", name, exc.detail)
+            return
+        self._pending[_identity(root)] = building.Pending(key, recipe, name, root, seconds)
+
+    def _flush(self, root: Any) -> None:
+        """Store the build noted at this function's first trace: its retrace was just cached or hit."""
+        pending = self._pending.pop(_identity(root), None)
+        if pending is None or self.cache.read_only:
+            return
+        if self.cache.strict:
+            self._store_build(pending)
+        else:
+            self.cache.start_write(self._store_build, pending)
+
+    def _store_build(self, pending: building.Pending) -> None:
+        key = pending.key
+        header = codec.EntryHeader(
+            key=key.key, version=self.cache.version, identity=self.cache.identity, name=f"{pending.name} (build)",
+            kind=KIND, created=time.time(), compile_seconds=pending.seconds, key_parts=key.parts,
+            extra={"build": [build.optimizer for build in pending.recipe.builds], "guards": key.guards})
+        if self.cache.write_entry(header, building.encode(pending.recipe)):
+            log.info("graphcache trace build stored %s key=%s", pending.name, key.key)
 
     def _store_fail_open(self, key: keying.TraceKey, described: stored.Described, concrete: Any, seconds: float,
                          name: str) -> None:
@@ -337,3 +416,10 @@ class TraceCache:
         """An unexpected failure of graphcache's own: strict raises, else warn once and count."""
         self.cache.failure("trace_error", what, exc, consequence="the function is traced without the cache",
                            uncacheable=False)
+
+
+def _identity(root: Any) -> Any:
+    """What a function's first trace and its retrace share: the user's function (a method: with its object)."""
+    if isinstance(root, instance.BoundMethod):
+        return id(root.instance), id(root.function)
+    return id(root)

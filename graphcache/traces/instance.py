@@ -247,12 +247,13 @@ def check_class(cls: type, where: str) -> None:
 
 
 # -- a method's key -------------------------------------------------------------------------------------------
-def walk_method(method: BoundMethod) -> Walk:
-    """The walk of a tf.function method's trace (see the module docstring); raises Uncacheable."""
+def walk_method(method: BoundMethod, walk: Walk | None = None) -> Walk:
+    """The walk of a tf.function method's trace (see the module docstring) into ``walk`` (a new one by default);
+    raises Uncacheable."""
     instance = method.instance
     cls = type(instance)
     check_class(cls, "self")  # first: a Keras layer's method is refused as a method, whatever its code reads
-    walk = Walk()
+    walk = Walk() if walk is None else walk
     walk.function(method.function, "")
     walk.value(cls, "self/class")
     names, library = reached_reads(cls, method.function)

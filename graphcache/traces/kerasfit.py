@@ -189,7 +189,7 @@ def walk_step(step: FitStep, reuse_configs: dict[str, Any] | None = None) -> Wal
     kerasstep.check_model(model)
     if not getattr(model, "compiled", False) or getattr(model, "_compile_config", None) is None:
         raise Uncacheable(REASON, "the model is not compiled")
-    walk = Walk(reuse_configs)
+    walk = Walk(reuse_configs=reuse_configs)
     walk.packages.update({"keras", "tensorflow"})
     walk.value(("keras fit step", step.method, step.function.__qualname__, *kerasstep.keras_settings(model),
                 int(model.unrolled_steps_per_execution), str(getattr(model, "_distribute_reduction_method", None)),
@@ -234,7 +234,7 @@ def _compile_state(walk: Walk, model: Any, known: dict[int, str]) -> None:
                     _plain(compile_loss.output_names)), "compile/built")
         for index, flat in enumerate(compile_loss._flat_losses or ()):
             walk.value(("loss", _plain(flat.path), flat.name, _plain(flat.loss_weights)), f"compile/loss{index}")
-            _object(walk, flat.loss, f"compile/loss{index}", known)
+            keras_object(walk, flat.loss, f"compile/loss{index}", known)
 
 
 def _argument(walk: Walk, value: Any, where: str, known: dict[int, str], depth: int) -> None:
@@ -256,12 +256,12 @@ def _argument(walk: Walk, value: Any, where: str, known: dict[int, str], depth: 
             _argument(walk, value[key], f"{where}[{key!r}]", known, depth + 1)
     elif isinstance(value, (keras.losses.Loss, keras.metrics.Metric)):
         walk.value(("object", known.get(id(value), "")), where)
-        _object(walk, value, where, known)
+        keras_object(walk, value, where, known)
     else:
         raise Uncacheable(REASON, f"{where} is a {type(value).__qualname__} (what it computes is not keyed)")
 
 
-def _object(walk: Walk, obj: Any, where: str, known: dict[int, str]) -> None:
+def keras_object(walk: Walk, obj: Any, where: str, known: dict[int, str]) -> None:
     """A Keras object a step reads (optimizer, schedule, loss, metric): class, config, held functions, and a
     user class's reads off ``self`` (kerasstep.py's rules for layers)."""
     cls = type(obj)
@@ -315,7 +315,7 @@ def _metric(walk: Walk, metric: Any, index: int, known: dict[int, str]) -> None:
                     _plain(getattr(metric, "output_names", None))), where)
         return
     walk.value(("metric", metric.name, [variable.path for variable in metric.variables]), where)
-    _object(walk, metric, where, known)
+    keras_object(walk, metric, where, known)
 
 
 def _optimizer(walk: Walk, optimizer: Any, known: dict[int, str]) -> None:
@@ -323,10 +323,10 @@ def _optimizer(walk: Walk, optimizer: Any, known: dict[int, str]) -> None:
     current = optimizer
     for depth in range(MAX_DEPTH):  # a LossScaleOptimizer wraps another
         where = f"optimizer{depth}"
-        _object(walk, current, where, known)
+        keras_object(walk, current, where, known)
         schedule = getattr(current, "_learning_rate", None)
         if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
-            _object(walk, schedule, f"{where}/learning_rate", known)
+            keras_object(walk, schedule, f"{where}/learning_rate", known)
         trained = [known.get(id(variable)) for variable in getattr(current, "_trainable_variables", ())]
         if any(label is None for label in trained):
             raise Uncacheable(REASON, f"{where} trains variables that are not the model's")
@@ -347,4 +347,4 @@ def _plain(value: Any) -> Any:
     return text
 
 
-__all__ = ["FitStep", "after_hit", "build_state", "fit_step", "walk_step"]
+__all__ = ["FitStep", "after_hit", "build_state", "fit_step", "keras_object", "walk_step"]

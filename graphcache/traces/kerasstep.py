@@ -43,6 +43,7 @@ from __future__ import annotations
 import functools
 import sys
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,7 +124,7 @@ def walk_step(step: PredictStep, reuse_configs: dict[str, Any] | None = None) ->
     the walk before the trace's ``configs``, for the walk after it (keying.same_reads)."""
     model = step.model
     check_model(model)
-    walk = Walk(reuse_configs)
+    walk = Walk(reuse_configs=reuse_configs)
     walk.packages.update({"keras", "tensorflow"})
     walk.value(("keras predict step", step.function.__qualname__, *keras_settings(model)), "settings")
     walk_model(walk, model, model_objects(model))
@@ -150,14 +151,18 @@ def model_objects(model: Any) -> dict[int, str]:
     return known
 
 
-def walk_model(walk: Walk, model: Any, known: dict[int, str]) -> None:
+def walk_model(walk: Walk, model: Any, known: dict[int, str], where: str = "",
+               called: Callable[[Any], bool] | None = None) -> None:
     """Every layer and variable of ``model`` into ``walk`` (see the module docstring); ``known`` labels the
-    objects a user class may read off ``self`` (model_objects(), and a train step's optimizer and metrics)."""
+    objects a user class may read off ``self`` (model_objects(), and a train step's optimizer and metrics).
+    ``where`` prefixes the paths (layers ``<where>layer<i>``, bindings ``<where>keras:<i>:<path>``); ``called``
+    says what a layer's ``_called`` is keyed as (Keras' steps: the model as called, a sublayer as it is)."""
     layers = model._flatten_layers(include_self=True, recursive=True)
     covered = _in_configs(layers)
     for index, layer in enumerate(layers):
-        _layer(walk, layer, index, known, id(layer) in covered)
-    bind_variables(walk, model.variables, "keras", "the model")
+        flag = (index == 0 or bool(layer._called)) if called is None else called(layer)
+        _layer(walk, layer, index, known, id(layer) in covered, f"{where}layer{index}", flag)
+    bind_variables(walk, model.variables, f"{where}keras", "the model")
 
 
 def bind_variables(walk: Walk, variables: list[Any], prefix: str, whose: str) -> None:
@@ -170,6 +175,7 @@ def bind_variables(walk: Walk, variables: list[Any], prefix: str, whose: str) ->
                                       "resource variable (uninitialized, or another backend's)")
         walk.value(("variable", index, variable.path, bool(variable.trainable)), f"{prefix}:{index}")
         walk.value(value, f"{prefix}:{index}:{variable.path}")  # dtype, shape, device: a binding of the walk
+        walk.objects.setdefault(f"{prefix}:{index}:{variable.path}", variable)
 
 
 def check_model(model: Any) -> None:
@@ -200,7 +206,7 @@ def _in_configs(layers: list[Any]) -> set[int]:
     return covered
 
 
-def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], covered: bool) -> None:
+def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], covered: bool, path: str, called: bool) -> None:
     import keras
 
     cls = type(layer)
@@ -209,12 +215,11 @@ def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], covered: b
         raise Uncacheable(REASON, f"{where} runs code the key cannot see")
     if not layer.built:
         raise Uncacheable(REASON, f"{where} is not built (it would create its variables inside the trace)")
-    path = f"layer{index}"
     walk.value(cls, f"{path}/class")
     text = _layer_config(walk, layer, path, where, covered)
     try:
         walk.value(("layer", index, layer.name, layer.dtype_policy.name, text,
-                    [getattr(layer, flag, None) for flag in LAYER_FLAGS], index == 0 or bool(layer._called)), path)
+                    [getattr(layer, flag, None) for flag in LAYER_FLAGS], called), path)
     except Uncacheable as exc:
         raise Uncacheable(REASON, f"{where}: its config is not plain ({exc.detail})") from None
     held(walk, layer, path, where, known)

@@ -2,15 +2,17 @@
 
 - ``code``: the Python side (walk.py): the function's code, what it reaches, the plain values it reads,
   the variables and eager tensors it can capture; for a method, also its object's class and the attributes
-  its code reads (instance.py); for Keras' predict step, the model (kerasstep.py); for its
-  train and test steps, the model, optimizer, losses and metrics (kerasfit.py);
+  its code reads (instance.py); the Keras objects and tf.Modules either reads (objects.py); for Keras' predict
+  step, the model (kerasstep.py); for its train and test steps, the model, optimizer, losses and metrics
+  (kerasfit.py);
 - ``signature``: the FunctionType TensorFlow traces for (each argument's TraceType: TensorSpecs with shape
   and dtype, Python values as literals, dicts, tuples, lists, namedtuples and tf.data element specs; after
   reduce_retracing's generalization), the function's own declared type (input_signature included) and its
   default values: in structure.py's canonical form (the same in every process: TensorFlow's own serialization
   of a dict in an element spec is not), with each dict's key order and each structure's class;
 - ``options``: the tf.function's name, autograph and its options, reduce_retracing, the FunctionDef
-  attributes (jit_compile, experimental_attributes, ...), the variable-creation scope of the trace;
+  attributes (jit_compile, experimental_attributes, ...); not the variable-creation scope (a stored trace
+  created no variables: the same trace under tf.function's first-call scope and under its later one);
 - ``context``: the eager device scope and the function context TensorFlow keys its own traces by;
 - ``settings``: the trusted libraries' settings a trace can read (ambient.py: Keras' floatx, epsilon and
   dtype policy, TensorFlow's NumPy behaviour, op determinism, op callbacks, the global random seed, ...), and
@@ -42,7 +44,7 @@ from tensorflow.python.saved_model import save_context
 
 from ..entry.keyparts import combine, hash_json
 from ..version import package_version
-from . import ambient, instance, kerasfit, kerasstep, structure, trust
+from . import ambient, instance, kerasfit, kerasstep, objects, structure, trust
 from .walk import GUARD_TEXT, Uncacheable, Walk
 
 log = logging.getLogger("graphcache")
@@ -112,8 +114,10 @@ def options_part(tracing_options: Any) -> str:
         value = tracing_options.attributes[name]
         serialize = getattr(value, "SerializeToString", None)
         attributes.append([name, serialize(deterministic=True).hex() if serialize else repr(value)])
+    # Not the scope type (tf.function's first trace may create variables, its retrace may not): a stored trace created
+    # none (hook.py refuses one that did), and a trace that creates none is the same under either scope.
     return hash_json([tracing_options.name, bool(tracing_options.autograph), repr(tracing_options.autograph_options),
-                      bool(tracing_options.reduce_retracing), tracing_options.scope_type.name, attributes])
+                      bool(tracing_options.reduce_retracing), attributes])
 
 
 def context_part(function_context_now: Any) -> str:
@@ -145,16 +149,18 @@ def versions_part(walk: Walk) -> str:
                       "graphcache": package_version(), "packages": packages})
 
 
-def walk_root(root: Any, reuse_configs: dict[str, Any] | None = None) -> Walk:
-    """The walk of what a trace of ``root`` reads: a user function's, a method's with its object's attributes, or a
-    Keras step's model (and its compile state, for a train or test step)."""
+def walk_root(root: Any, before: dict[int, Any] | None = None, reuse_configs: dict[str, Any] | None = None) -> Walk:
+    """The walk of what a trace of ``root`` reads: a user function's, a method's with its object's attributes (the
+    Keras objects and tf.Modules either reads keyed by objects.py, as they were ``before`` the trace where given),
+    or a Keras step's model (and its compile state, for a train or test step; ``reuse_configs``: the walk before
+    the trace's layer configs, for the walk after it)."""
     if isinstance(root, kerasstep.PredictStep):
         return kerasstep.walk_step(root, reuse_configs)
     if isinstance(root, kerasfit.FitStep):
         return kerasfit.walk_step(root, reuse_configs)
+    walk = Walk(objects.RULE, before)
     if isinstance(root, instance.BoundMethod):
-        return instance.walk_method(root)
-    walk = Walk()
+        return instance.walk_method(root, walk)
     walk.function(root, "")
     return walk
 
@@ -187,10 +193,11 @@ def compute(root: Any, function_type: Any, tracing_options: Any, function_contex
     return TraceKey(key, parts, walk, guards)
 
 
-def same_reads(before: Walk, root: Any) -> bool:
-    """Whether walking ``root`` again finds what ``before`` found (the trace changed nothing it read)."""
+def same_reads(before: Walk, root: Any, state: dict[int, Any] | None = None) -> bool:
+    """Whether walking ``root`` again finds what ``before`` found (the trace changed nothing it read but the
+    state objects.py keys as it was before the trace, ``state``: the ``_called`` of the layers it called)."""
     try:
-        again = walk_root(root, before.configs)
+        again = walk_root(root, state, before.configs)
     except Uncacheable:
         return False
     return again.digest() == before.digest() and list(again.bindings) == list(before.bindings) and all(

@@ -9,7 +9,9 @@ control-flow bodies), under the names the tracing process gave them. The metadat
 traced function's name), ``inputs`` and ``outputs`` (the structured input signature and the output
 specs, TensorFlow's ``nested_structure_coder`` protos, base64), ``captures`` (per captured input, in
 the trace's order: the walk path of the object it was, ``variable`` or ``tensor``, its dtype and shape),
-``arg_keywords`` and ``positional`` (the flat calling convention).
+``arg_keywords`` and ``positional`` (the flat calling convention), ``called`` (the Keras layers the trace
+called first, by walk path: a hit sets their ``_called`` as the trace did; objects.py), ``builds`` (the Keras
+optimizers it built without making variables: a hit builds them as the trace did; building.py).
 
 Restoring registers the library in the eager context under new names (a restored library never collides
 with what this process traced itself) and calls it by name (lazy.py), with the captures bound as
@@ -23,8 +25,9 @@ What a stored trace cannot carry is refused when the trace is described (``Uncac
 walk did not reach (the key would not cover them), call-time (by-reference) captures, outputs that are
 neither tensors, None nor a ``tf.experimental.Optional`` (what Keras' train and test steps return), ops that
 call back into this process's Python (py_function) or share a resource by name, and custom gradients
-(registered in the tracing process only; allowed in a trace that is never differentiated from outside,
-Keras' steps: a restored one has the same ops, its gradients computed inside already).
+(registered in the tracing process only) that an output of their function depends on (allowed in a trace that
+is never differentiated from outside, Keras' steps: a restored one has the same ops, its gradients computed
+inside already; and where no output depends on them, as a Keras optimizer's all-reduce of the gradients).
 """
 
 from __future__ import annotations
@@ -72,6 +75,8 @@ class Described:
     arg_keywords: list[str]
     positional: int
     forward_only: bool = False  # never differentiated from outside (Keras' steps): custom gradients are harmless
+    called: list[str] = field(default_factory=list)  # layers the trace called first (objects.py), by walk path
+    builds: list[Any] = field(default_factory=list)  # optimizers it built without variables (building.py's JSON)
     warnings: list[list[Any]] = field(default_factory=list)  # given while it traced (warned.py), given on a hit
 
 
@@ -84,6 +89,8 @@ class StoredTrace:
     outputs: bytes
     arg_keywords: list[str]
     positional: int
+    called: list[str] = field(default_factory=list)
+    builds: list[Any] = field(default_factory=list)
 
     @property
     def main(self) -> function_pb2.FunctionDef:
@@ -165,22 +172,44 @@ def library_of(name: str) -> function_pb2.FunctionDefLibrary:
 
 def check_graph(library: function_pb2.FunctionDefLibrary, *, forward_only: bool = False) -> None:
     """Refuses libraries a restore could not reproduce in another process (see the module docstring); a
-    ``forward_only`` trace (never differentiated) may have custom gradients: its forward ops are the same."""
+    ``forward_only`` trace (never differentiated) may have custom gradients: its forward ops are the same. So may
+    any trace where no output of the function holding one depends on it (a Keras optimizer's all-reduce of the
+    gradients, whose outputs only update variables): a gradient reaches a function's ops through its outputs only."""
     for fdef in library.function:
+        differentiable = _output_ancestors(fdef)
         for node in fdef.node_def:
             if node.op in PYTHON_OPS:
                 raise Uncacheable("graph", f"{fdef.signature.name} calls Python ({node.op}: tf.py_function)")
-            if GRADIENT_ATTR in node.attr and node.op not in CALL_OPS and not forward_only:
+            if GRADIENT_ATTR in node.attr and node.op not in CALL_OPS and not forward_only and \
+                    node.name in differentiable:
                 raise Uncacheable("graph", f"{fdef.signature.name} has a custom gradient ({node.name})")
             op_def = op_def_registry.get(node.op)
             if op_def is not None and any(attr.name == "shared_name" for attr in op_def.attr):
                 raise Uncacheable("graph", f"{fdef.signature.name} has a resource shared by name ({node.op})")
 
 
+def _output_ancestors(fdef: function_pb2.FunctionDef) -> set[str]:
+    """The nodes a function's outputs depend on through data edges (a gradient flows back along those only)."""
+    nodes = {node.name: node for node in fdef.node_def}
+    stack = [value.partition(":")[0] for value in fdef.ret.values()]
+    found: set[str] = set()
+    while stack:
+        name = stack.pop()
+        if name in found or name not in nodes:
+            continue
+        found.add(name)
+        stack.extend(value.partition(":")[0] for value in nodes[name].input if not value.startswith("^"))
+    return found
+
+
 def encode(described: Described, library: function_pb2.FunctionDefLibrary) -> bytes:
     meta = {"function": described.name, "captures": described.captures,
             "inputs": base64.b64encode(described.inputs).decode(), "outputs": base64.b64encode(described.outputs).decode(),
             "arg_keywords": described.arg_keywords, "positional": described.positional}
+    if described.called:
+        meta["called"] = described.called
+    if described.builds:
+        meta["builds"] = described.builds
     data = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
     return MAGIC + struct.pack(">I", len(data)) + data + library.SerializeToString(deterministic=True)
 
@@ -196,7 +225,8 @@ def decode(payload: bytes | memoryview) -> StoredTrace:
         meta = json.loads(data[start:start + size])
         library = function_pb2.FunctionDefLibrary.FromString(data[start + size:])
         trace = StoredTrace(meta["function"], library, meta["captures"], base64.b64decode(meta["inputs"]),
-                            base64.b64decode(meta["outputs"]), list(meta["arg_keywords"]), int(meta["positional"]))
+                            base64.b64decode(meta["outputs"]), list(meta["arg_keywords"]), int(meta["positional"]),
+                            [str(path) for path in meta.get("called", ())], list(meta.get("builds", ())))
     except Exception as exc:  # JSON, protobuf, a missing field: all mean the bytes are not what was stored
         raise CorruptEntryError(f"stored trace does not decode: {type(exc).__name__}: {exc}") from None
     if not trace.library.function or trace.main.signature.name != trace.function:

@@ -10,13 +10,13 @@ code):
 
 - **the Python standard library** (``sys.stdlib_module_names``, and only where the module was loaded from
   the interpreter's own library or is built in): identity is the interpreter (``sys.version``, its cache
-  tag). Its modules of process state (the environment, clocks, random generators, files: walk.py's
+  tag). Its modules of process state (the environment, clocks, random generators, files: stateful.py's
   ``STATEFUL_MODULES``) are refused, not trusted;
 - **TensorFlow, Keras, NumPy and the packages their tracing code passes through** (``TRUSTED``): identity
   is the installed distribution: its name, its version and a hash of its ``RECORD`` (the installed file
   list with each file's hash), so a same-version rebuild is another identity. A package's ``__version__``
   is never read. The settings these libraries read while tracing are one keyed snapshot (ambient.py);
-  their functions that read files are refused by walk.py (``STATE_READERS``);
+  their functions that read files are refused by walk.py (stateful.py's ``STATE_READERS``);
 - **graphcache** itself (the ``versions`` part carries its version).
 
 A module counts as a trusted package's only when it was loaded from that distribution's install folder:

@@ -23,6 +23,10 @@ Python value that code reads. The walk starts at the function and follows what i
   ``g:helper/g:w``: a global of a global function), so a restored trace binds this process's objects in the
   trace's capture order. An object only read through attribute chains (``FLAGS.scale``) is keyed by them.
 
+Objects a ``rule`` claims (objects.py: Keras models, layers, optimizers, losses, metrics, schedules and
+variables, tf.Modules) are keyed by it, wherever they are reached; attribute chains read off them are followed
+(a method of one ends its chain: its code is the object's class walk).
+
 Anything else refuses the trace (``Uncacheable`` with a reason of counters.TRACE_REASONS): an instance of
 a user class or of a library type used as a whole, a user module handed to other code, a bound method, a
 builtin with side effects (``print``, ``open``, ``hash`` of a str is seeded per process, ...), modules of
@@ -39,20 +43,21 @@ from __future__ import annotations
 
 import builtins
 import enum
-import functools
 import sys
 import types
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import xxhash
 from tensorflow.python.eager.polymorphic_function import polymorphic_function
+from tensorflow.python.eager.polymorphic_function.polymorphic_function import UnliftedInitializerVariable
 from tensorflow.python.framework import dtypes, ops, tensor_shape
 from tensorflow.python.framework import tensor as tensor_lib
 from tensorflow.python.ops import resource_variable_ops
 
 from .bytecode import Reads, membership_only, scan
 from .namedtuples import is_plain_namedtuple, made_by_namedtuple
+from .stateful import STATEFUL_ATTRIBUTES, is_state_reader, is_stateful
 from .trust import class_defines, defines, is_trusted, trust_of
 
 # Builtins a traced function may call: none of them has a side effect or a per-process result.
@@ -64,26 +69,6 @@ SAFE_BUILTINS = frozenset({
     "staticmethod", "str", "sum", "super", "tuple", "type", "zip", "None", "True", "False", "Ellipsis",
     "NotImplemented", "__build_class__", "__name__",
 })
-# Library modules whose functions read or change process state (the environment, the clock, random
-# generators, files, threads): a trace that reaches them could bake a value of this process only.
-STATEFUL_MODULES = frozenset({
-    "os", "sys", "random", "time", "datetime", "uuid", "secrets", "socket", "subprocess", "threading",
-    "multiprocessing", "io", "importlib", "inspect", "gc", "ctypes", "logging", "warnings", "pickle", "shutil",
-    "tempfile", "glob", "pathlib", "platform", "getpass", "signal", "select", "traceback", "locale", "thread",
-})
-# Attributes of library modules that are such state too, when the code reads them off the module.
-STATEFUL_ATTRIBUTES = frozenset({"numpy.random"})
-# Modules of trusted packages whose functions read or write files: what they read is not in the key.
-STATEFUL_SUBMODULES = frozenset({
-    "tensorflow.python.lib.io", "tensorflow.python.platform.gfile", "tensorflow.python.saved_model.load",
-    "tensorflow.python.saved_model.loader_impl", "tensorflow.python.training.py_checkpoint_reader",
-    "tensorflow.python.training.checkpoint_utils", "keras.src.saving", "keras.src.legacy.saving",
-    "keras.src.utils.file_utils", "numpy.lib._npyio_impl", "numpy.lib.npyio", "numpy.lib.format",
-    "numpy.lib._datasource",
-})
-# Trusted functions that read files but carry their package's top-level name as __module__ (NumPy's).
-STATE_READERS = {"numpy": ("load", "loadtxt", "genfromtxt", "fromfile", "fromregex", "memmap", "save", "savez",
-                           "savez_compressed", "savetxt", "DataSource")}
 MAX_GUARDS = 4096  # reads noted for `graphcache misses` per trace (the key holds them all)
 GUARD_TEXT = 60  # characters of a value's repr noted
 MAX_VALUE_BYTES = 64 * 2**20  # eager tensors and arrays hashed by value up to this size
@@ -109,12 +94,27 @@ def is_library(module_name: str) -> bool:
     return is_trusted(module_name)
 
 
+class ObjectRule(Protocol):
+    """Keys objects of kinds the plain rules refuse (objects.py: Keras objects and tf.Modules), wherever a walk
+    reaches them: ``claims`` says which, ``key`` keys one (once: ``walk.once``)."""
+
+    def claims(self, obj: Any) -> bool: ...
+
+    def key(self, walk: Walk, obj: Any, path: str) -> None: ...
+
+
 class Walk:
     """One walk from a function (see the module docstring): ``digest()`` is the key part, ``bindings`` the
     capturable objects by path, ``packages`` the trusted identities named (trust.py), ``hash_order`` where
-    walked code builds a set (its iteration order is the process's string hash seed's)."""
+    walked code builds a set (its iteration order is the process's string hash seed's). ``rule`` keys the
+    objects it claims; ``objects`` holds what it keyed by path, ``before`` the state it keys as it was before a
+    miss's trace (objects.py)."""
 
-    def __init__(self, reuse_configs: dict[str, Any] | None = None) -> None:
+    def __init__(self, rule: ObjectRule | None = None, before: dict[int, Any] | None = None,
+                 reuse_configs: dict[str, Any] | None = None) -> None:
+        self.rule = rule
+        self.objects: dict[str, Any] = {}
+        self.before = before or {}
         self._hasher = xxhash.xxh3_128()
         # Keras layer configs by path (kerasstep.py): what this walk keyed, and, for the walk after a miss's
         # trace, those of the walk before, reused for library layers (trust.py's LIBRARY_STEPS_KEEP_CONFIGS).
@@ -205,6 +205,8 @@ class Walk:
         bare = name in reads.bare or not chains
         if isinstance(value, types.ModuleType):
             self._module(value, path, bare)
+        elif self.claims(value):  # keyed whole; what the code reads off it below
+            self.value(value, path)
         elif bare or _keyable(value):
             self.value(value, path)
             if not isinstance(value, (types.FunctionType, type)):  # a plain value's attributes are its methods
@@ -233,13 +235,21 @@ class Walk:
             self._emit("read", at)  # the path itself, so that two chains cannot trade values unseen
             if isinstance(current, types.ModuleType):
                 self._module(current, at, bare=False)
+            elif isinstance(current, types.MethodType) and current.__self__ is owner and self.claims(owner):
+                self._emit("method of a keyed object", attribute)  # its code: the object's class walk
+                return
+            elif self.claims(current):  # keyed whole (or a reference to where it was); on along the chain
+                self.value(current, at)
             elif _keyable(current):
                 self.value(current, at)
                 return
             else:
                 self._object_by_chains(current, at)
-        if not isinstance(current, types.ModuleType):
+        if not isinstance(current, types.ModuleType) and not self.claims(current):
             self.value(current, at)  # an object at the end of the chain: used as a whole (refused)
+
+    def claims(self, obj: Any) -> bool:
+        return self.rule is not None and self.rule.claims(obj)
 
     def _module(self, module: types.ModuleType, path: str, bare: bool) -> None:
         _check_stateful(module.__name__, path)
@@ -430,6 +440,9 @@ class Walk:
             _check_state_reader(obj, path)
             self._emit("library callable", _module_of(obj), obj.__qualname__)
             self.guard(path, f"{_module_of(obj)}.{obj.__qualname__}")
+        elif self.claims(obj):
+            assert self.rule is not None
+            self.rule.key(self, obj, path)
         elif isinstance(obj, types.MethodType):
             raise Uncacheable("value", f"{_where(path)} is a bound method of a {type(obj.__self__).__name__}")
         else:
@@ -447,7 +460,9 @@ class Walk:
         if not self.once(variable, path):
             return
         self.bindings[path] = variable
-        self._emit("variable", type(variable).__name__, variable.name, variable.dtype.name, repr(variable.shape),
+        # tf.function's first trace makes its variables of this subclass: they act as the ResourceVariable made eagerly
+        kind = "ResourceVariable" if isinstance(variable, UnliftedInitializerVariable) else type(variable).__name__
+        self._emit("variable", kind, variable.name, variable.dtype.name, repr(variable.shape),
                    variable.device, variable.trainable)
         self.guard(path, f"variable {variable.dtype.name} {variable.shape}")
 
@@ -480,29 +495,13 @@ class Walk:
 
 
 def _check_stateful(module_name: str, path: str) -> None:
-    top = module_name.partition(".")[0].lstrip("_")  # _random, _thread, _io: the C halves
-    if top in STATEFUL_MODULES or any(module_name == name or module_name.startswith(name + ".")
-                                      for name in STATEFUL_ATTRIBUTES | STATEFUL_SUBMODULES):
+    if is_stateful(module_name):
         raise Uncacheable("value", f"{_where(path)} reaches {module_name} (process state: the environment, the "
                                    "clock, random numbers, files)")
 
 
-@functools.cache
-def _state_reader_ids() -> frozenset[int]:
-    """The objects of ``STATE_READERS`` (trusted functions whose ``__module__`` is their package's top, as
-    NumPy's are: the module rule cannot tell them)."""
-    found = set()
-    for module_name, names in STATE_READERS.items():
-        module = sys.modules.get(module_name)
-        for name in names:
-            obj = getattr(module, name, None)
-            if obj is not None:
-                found.add(id(obj))
-    return frozenset(found)
-
-
 def _check_state_reader(obj: Any, path: str) -> None:
-    if id(obj) in _state_reader_ids():
+    if is_state_reader(obj):
         raise Uncacheable("value", f"{_where(path)} is {_module_of(obj)}.{getattr(obj, '__name__', obj)}, which "
                                    "reads files (what it read is not in the key)")
 

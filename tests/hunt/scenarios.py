@@ -12,6 +12,7 @@ from . import (
     sc_config,
     sc_files,
     sc_library_state,
+    sc_loops,
     sc_must_hit,
     sc_paths,
     sc_process,
@@ -21,14 +22,18 @@ from . import (
 from .model import Scenario
 
 HUNT: dict[str, Scenario] = {s.name: s for module in (sc_user_library, sc_library_state, sc_files, sc_config,
-                                                      sc_paths, sc_process, sc_structure) for s in module.SCENARIOS}
-MUST_HIT: dict[str, Scenario] = {s.name: s for s in [*sc_must_hit.SCENARIOS, *sc_structure.MUST_HIT_SCENARIOS]}
+                                                      sc_paths, sc_process, sc_structure, sc_loops)
+                            for s in module.SCENARIOS}
+MUST_HIT: dict[str, Scenario] = {s.name: s for s in [*sc_must_hit.SCENARIOS, *sc_structure.MUST_HIT_SCENARIOS,
+                                                     *sc_loops.MUST_HIT_LOOPS]}
 ALL: dict[str, Scenario] = {**HUNT, **MUST_HIT}
 
-# The default run's share of the hunt: one or two cheap scenarios a class (no Keras: ~3 s a process), and one
-# control (global_seed: a value the key holds) so that the default run also shows an ok verdict.
+# The default run's share of the hunt: one or two cheap scenarios a class (no Keras: ~3 s a process), one
+# control (global_seed: a value the key holds) so that the default run also shows an ok verdict, and one custom
+# training loop (Keras objects read from globals, the optimizer built in the first trace: sc_loops.py).
 REDUCED = ("ns_pkg_constant", "installed_same_version", "lib_module_attribute", "np_load", "check_numerics",
-           "global_seed", "function_attribute", "hashseed_set_iteration", "namedtuple_method")
+           "global_seed", "function_attribute", "hashseed_set_iteration", "namedtuple_method",
+           "loop_optimizer_learning_rate")
 
 # The must-hit checks of the default run: the cheap ones (the installed package's and Keras' are slow-only).
 MUST_HIT_DEFAULT = ("hit_global_and_closure", "hit_module_method", "hit_namespace_package_helper",
