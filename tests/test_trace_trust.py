@@ -527,7 +527,7 @@ def test_the_walk_after_a_trace_reuses_library_layer_configs_only():
     model = keras.Sequential([inputs, keras.layers.Dense(2), Scaled()])
 
     def digest(reuse=None) -> tuple[str, dict]:
-        walk = Walk(reuse)
+        walk = Walk(reuse_configs=reuse)
         kerasstep.walk_model(walk, model, kerasstep.model_objects(model))
         return walk.digest(), walk.configs
 

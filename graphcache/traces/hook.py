@@ -26,7 +26,10 @@ A trace (only a top-level one, in eager mode: traces nested inside another trace
 4. miss: the function is traced under a variable creator that notes every variable created, and recorded
    (recording.py: files opened, modules imported, environment variables read); a trace that created
    variables, did what its key cannot see, changed a value it read (walked again afterwards, the ``_called``
-   of the Keras layers it called aside: noted, and set again on a hit), or that stored.py refuses, is not stored. Otherwise the entry is written in the background (the function library is read and checked
+   of the Keras layers it called and the optimizers it built without variables aside: noted, and done again on
+   a hit), or that stored.py refuses, is not stored. A first trace whose new variables are its optimizers'
+   builds leaves its build (building.py), stored under its key once the retrace is cached: a later process
+   builds them before the trace, whose key is then the retrace's. Otherwise the entry is written in the background (the function library is read and checked
    there), off the caller's path.
 
 Fail open: a failure of graphcache's own warns once, is counted, and the function is traced normally.

@@ -149,7 +149,11 @@ def versions_part(walk: Walk) -> str:
                       "graphcache": package_version(), "packages": packages})
 
 
+<<<<<<< HEAD
 def walk_root(root: Any, before: dict[int, Any] | None = None, reuse_configs: dict[str, Any] | None = None) -> Walk:
+=======
+def walk_root(root: Any, before: dict[Any, Any] | None = None) -> Walk:
+>>>>>>> ctl
     """The walk of what a trace of ``root`` reads: a user function's, a method's with its object's attributes (the
     Keras objects and tf.Modules either reads keyed by objects.py, as they were ``before`` the trace where given),
     or a Keras step's model (and its compile state, for a train or test step; ``reuse_configs``: the walk before
@@ -193,9 +197,10 @@ def compute(root: Any, function_type: Any, tracing_options: Any, function_contex
     return TraceKey(key, parts, walk, guards)
 
 
-def same_reads(before: Walk, root: Any, state: dict[int, Any] | None = None) -> bool:
+def same_reads(before: Walk, root: Any, state: dict[Any, Any] | None = None) -> bool:
     """Whether walking ``root`` again finds what ``before`` found (the trace changed nothing it read but the
-    state objects.py keys as it was before the trace, ``state``: the ``_called`` of the layers it called)."""
+    state objects.py keys as it was before the trace, ``state``: the ``_called`` of the layers it called, the
+    optimizers it built without making variables, which a hit redoes)."""
     try:
         again = walk_root(root, state, before.configs)
     except Uncacheable:

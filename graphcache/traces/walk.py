@@ -110,7 +110,7 @@ class Walk:
     objects it claims; ``objects`` holds what it keyed by path, ``before`` the state it keys as it was before a
     miss's trace (objects.py)."""
 
-    def __init__(self, rule: ObjectRule | None = None, before: dict[int, Any] | None = None,
+    def __init__(self, rule: ObjectRule | None = None, before: dict[Any, Any] | None = None,
                  reuse_configs: dict[str, Any] | None = None) -> None:
         self.rule = rule
         self.objects: dict[str, Any] = {}
