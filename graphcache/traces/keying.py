@@ -149,11 +149,7 @@ def versions_part(walk: Walk) -> str:
                       "graphcache": package_version(), "packages": packages})
 
 
-<<<<<<< HEAD
-def walk_root(root: Any, before: dict[int, Any] | None = None, reuse_configs: dict[str, Any] | None = None) -> Walk:
-=======
-def walk_root(root: Any, before: dict[Any, Any] | None = None) -> Walk:
->>>>>>> ctl
+def walk_root(root: Any, before: dict[Any, Any] | None = None, reuse_configs: dict[str, Any] | None = None) -> Walk:
     """The walk of what a trace of ``root`` reads: a user function's, a method's with its object's attributes (the
     Keras objects and tf.Modules either reads keyed by objects.py, as they were ``before`` the trace where given),
     or a Keras step's model (and its compile state, for a train or test step; ``reuse_configs``: the walk before
