@@ -632,6 +632,11 @@ def test_code_named_after_a_trusted_module_but_made_elsewhere_is_walked():
     exec("def triple(x):\n    return x * 3\n", namespace)
     assert not trust.defines("keras", namespace["triple"].__code__.co_filename)
     assert trust.class_defines(keras.layers.Dense) and trust.class_defines(abc.ABC)
+    # The standard library's frozen modules (code named "<frozen _collections_abc>", "<frozen posixpath>") are its own
+    import collections.abc
+    import os
+
+    assert trust.class_defines(collections.abc.Mapping) and trust.defines("posixpath", os.path.join.__code__.co_filename)
 
     def digest(value) -> str:
         walk = Walk()

@@ -37,6 +37,7 @@ import xxhash
 
 OWN_PACKAGE = "graphcache"
 STDLIB = "python"  # the standard library's entry in a key's trusted identities
+FROZEN_PREFIX = "<frozen "  # the co_filename of code in a frozen standard module: "<frozen posixpath>"
 
 # Import name (a top-level package, or a dotted prefix for a namespace package) -> its distribution, and why.
 TRUSTED: dict[str, tuple[str, str]] = {
@@ -179,6 +180,10 @@ def defines(module_name: str, filename: str) -> bool:
     trust = trust_of(module_name)
     if trust is None or not filename:
         return False
+    if trust.identity == STDLIB and filename.startswith(FROZEN_PREFIX) and filename.endswith(">"):
+        name = filename[len(FROZEN_PREFIX):-1]  # "<frozen posixpath>": a module built in the interpreter
+        spec = getattr(sys.modules.get(name), "__spec__", None)  # (abc, codecs, os, _collections_abc, ...)
+        return spec is not None and spec.origin == "frozen" and name in sys.stdlib_module_names
     real = os.path.realpath(filename)
     if trust.identity == STDLIB:  # the library's folders (a virtual environment's holds site-packages too)
         return any(real.startswith(root) for root in _stdlib_roots()) and \
