@@ -50,6 +50,7 @@ def _fresh_trust():
     trust.trust_of.cache_clear()
     trust.identity.cache_clear()
     trust._dist_info.cache_clear()
+    trust.defines.cache_clear()
     return trust
 
 

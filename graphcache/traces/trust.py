@@ -172,6 +172,7 @@ def is_trusted(module_name: str) -> bool:
     return trust_of(module_name) is not None
 
 
+@functools.cache  # as trust_of: a loaded module does not move; a walk asks this for every trusted function it reaches
 def defines(module_name: str, filename: str) -> bool:
     """Whether code compiled from ``filename`` is the trusted ``module_name``'s own: the file lies in the folder
     its package was loaded from (the interpreter's library, for the standard library). A ``__module__`` is only
