@@ -226,6 +226,44 @@ def test_the_model_key_covers_configs_code_and_weights_and_binds_variables_by_pa
     assert _key(model)[0] != digest
 
 
+def _wired(order: str, *, kwargs: dict | None = None, outputs: str = "single"):
+    """One set of layers (same names and configs) wired in ``order``; its model's predict key."""
+    import keras
+
+    inputs = keras.Input((4,), name="x")
+    layers = {name: keras.layers.Dense(4, name=name) for name in "ab"}
+    h = inputs
+    for name in order:
+        h = layers[name](h)
+    drop = keras.layers.BatchNormalization(name="bn")
+    h = drop(h, **(kwargs or {}))
+    out = {"single": h, "list": [h, inputs], "dict": {"y": h, "x": inputs}, "dict_reversed": {"x": inputs, "y": h}}
+    return keras.Model(inputs, out[outputs], name="wired")
+
+
+def test_a_functional_models_graph_of_layer_calls_is_in_its_key():
+    """Keras' functional model is keyed by each layer's config and its own graph of calls (topology.py), not by its
+    whole get_config(): the wiring, a call's arguments and the outputs' structure each change the key; a shared
+    layer's calls in another model do not."""
+    import keras
+
+    from graphcache.traces import topology
+
+    digest = _key(_wired("ab"))[0]
+    assert _key(_wired("ab"))[0] == digest
+    for changed in (_wired("ba"), _wired("ab", kwargs={"training": True}), _wired("ab", outputs="list")):
+        assert _key(changed)[0] != digest
+    assert _key(_wired("ab", outputs="dict"))[0] != _key(_wired("ab", outputs="dict_reversed"))[0]
+    shared = keras.layers.Dense(4, name="shared")
+    first = keras.Input((4,))
+    keras.Model(first, shared(first))  # a node of another model comes first
+    used_second = keras.Input((4,), name="x")
+    model = keras.Model(used_second, shared(used_second))
+    fresh = keras.Input((4,), name="x")
+    alone = keras.Model(fresh, keras.layers.Dense(4, name="shared")(fresh))
+    assert topology.graph_config(model)[3:] == topology.graph_config(alone)[3:]  # the model names differ
+
+
 def test_a_lambda_layer_is_keyed_by_its_function_and_what_it_reads():
     import keras
 

@@ -13,9 +13,9 @@ instead of the function (walk.py's Walk, so user code is hashed the same way):
 - every layer, the model first (``_flatten_layers``, in that order): its class (a user class walked:
   methods' code, the globals and closures they read; a library class by name, Keras' version in the
   ``versions`` part), its ``get_config()`` and build config keyed exactly (repr of plain JSON-like values,
-  else walk.py's plain values; refused when it fails or holds anything else; a layer inside a functional
-  or sequential model is covered by that model's config), ``built`` (an unbuilt layer would create
-  variables inside the trace: refused), ``_called`` (of sublayers: one the trace calls first is changed by
+  else walk.py's plain values; refused when it fails or holds anything else; of Keras' own functional and
+  sequential models, their graph of layer calls instead, topology.py, each layer's config taken on its own),
+  ``built`` (an unbuilt layer would create variables inside the trace: refused), ``_called`` (of sublayers: one the trace calls first is changed by
   it, so the walk after the trace differs and it is not stored; InputLayers are never called),
   ``autocast``, ``supports_masking``, its call-argument flags; the eager tensors it holds as attributes
   (``Normalization``'s mean and variance: bindings, by value); the functions it holds (an ``activation``
@@ -51,6 +51,7 @@ from tensorflow.python.framework import ops
 from tensorflow.python.ops import resource_variable_ops
 
 from .instance import keyed_state, self_chains, self_reads
+from .topology import graph_config, is_graph_model
 from .walk import Uncacheable, Walk, is_library
 
 TRAINER_MODULE = "keras.src.backend.tensorflow.trainer"
@@ -158,10 +159,9 @@ def walk_model(walk: Walk, model: Any, known: dict[int, str], where: str = "",
     ``where`` prefixes the paths (layers ``<where>layer<i>``, bindings ``<where>keras:<i>:<path>``); ``called``
     says what a layer's ``_called`` is keyed as (Keras' steps: the model as called, a sublayer as it is)."""
     layers = model._flatten_layers(include_self=True, recursive=True)
-    covered = _in_configs(layers)
     for index, layer in enumerate(layers):
         flag = (index == 0 or bool(layer._called)) if called is None else called(layer)
-        _layer(walk, layer, index, known, id(layer) in covered, f"{where}layer{index}", flag)
+        _layer(walk, layer, index, known, f"{where}layer{index}", flag)
     bind_variables(walk, model.variables, f"{where}keras", "the model")
 
 
@@ -193,20 +193,7 @@ def check_model(model: Any) -> None:
         raise Uncacheable(REASON, "a Keras distribution is set")
 
 
-def _in_configs(layers: list[Any]) -> set[int]:
-    """The layers whose config (and build config) is part of a functional or sequential model's config in the
-    walk already (``serialize_keras_object`` of each of its layers): not asked for their config again."""
-    from keras.src.models.functional import Functional
-    from keras.src.models.sequential import Sequential
-
-    covered: set[int] = set()
-    for layer in layers:
-        if type(layer) in (Functional, Sequential):
-            covered.update(id(inner) for inner in layer.layers)
-    return covered
-
-
-def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], covered: bool, path: str, called: bool) -> None:
+def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], path: str, called: bool) -> None:
     import keras
 
     cls = type(layer)
@@ -216,7 +203,7 @@ def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], covered: b
     if not layer.built:
         raise Uncacheable(REASON, f"{where} is not built (it would create its variables inside the trace)")
     walk.value(cls, f"{path}/class")
-    text = _layer_config(walk, layer, path, where, covered)
+    text = _layer_config(walk, layer, path, where)
     try:
         walk.value(("layer", index, layer.name, layer.dtype_policy.name, text,
                     [getattr(layer, flag, None) for flag in LAYER_FLAGS], called), path)
@@ -230,15 +217,17 @@ def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], covered: b
             instance_reads(walk, layer, owner, where, known)
 
 
-def _layer_config(walk: Walk, layer: Any, path: str, where: str, covered: bool) -> Any:
-    """The layer's config and build config as config_text; in the walk after a miss's trace, a library layer's
-    is the walk before's (trust.LIBRARY_STEPS_KEEP_CONFIGS: a model's get_config is most of a walk's time)."""
+def _layer_config(walk: Walk, layer: Any, path: str, where: str) -> Any:
+    """The layer's config and build config as config_text (of Keras' functional and sequential models, their graph
+    of layer calls: topology.py); in the walk after a miss's trace, a library layer's is the walk before's
+    (trust.LIBRARY_STEPS_KEEP_CONFIGS: configs are most of a walk's time)."""
     reused = walk.reuse_configs
     if reused is not None and path in reused and is_library(type(layer).__module__):
         text = reused[path]
     else:
         try:
-            text = config_text(None if covered else (layer.get_config(), layer.get_build_config()))
+            text = config_text(graph_config(layer) if is_graph_model(layer) else
+                               (layer.get_config(), layer.get_build_config()))
         except Exception as exc:  # NotImplementedError for subclassed layers without a config, and any other
             raise Uncacheable(REASON, f"{where}: get_config() fails ({type(exc).__name__}: {exc})") from None
     walk.configs[path] = text
