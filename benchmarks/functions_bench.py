@@ -162,10 +162,28 @@ def _saved_model(tf: Any, np: Any, path: str, timings: dict[str, Any], steady: b
     return out
 
 
+def keras_application(name: str, step: str, np: Any) -> Any:
+    """The first ``predict`` or ``evaluate`` of keras.applications' ``name`` (weights=None, 96x96 inputs, 10
+    classes, batch 8), as a new user's first call of a model: its output."""
+    import keras
+
+    keras.utils.set_random_seed(1234)
+    model = getattr(keras.applications, name)(weights=None, input_shape=(96, 96, 3), classes=10)
+    x = np.random.RandomState(0).rand(8, 96, 96, 3).astype("float32")
+    if step == "predict":
+        return model.predict(x, verbose=0)
+    model.compile(loss="categorical_crossentropy", metrics=["accuracy"])
+    return model.evaluate(x, np.eye(10, dtype="float32")[np.arange(8) % 10], verbose=0)
+
+
 def call_workload(workload: str, tf: Any, np: Any, timings: dict[str, Any], *, saved_model: str = "",
                  blocks: int = DEEP_BLOCKS, steady: bool = True) -> Any:
-    """Run ``workload`` (WORKLOADS) up to its first result, and a second (steady) call unless ``steady`` is
-    False; its timings go to ``timings``. Returns its output."""
+    """Run ``workload`` (WORKLOADS, or ``keras:<application>:predict|evaluate``) up to its first result, and a
+    second (steady) call unless ``steady`` is False (not for keras: ones); its timings go to ``timings``.
+    Returns its output."""
+    if workload.startswith("keras:"):
+        _, name, step = workload.split(":")
+        return keras_application(name, step, np)
     if workload == "deep8k":
         return _deep(tf, blocks, timings, steady)
     if workload == "resnet50":

@@ -4,13 +4,13 @@ functions_bench.py times the first calls of a workload's functions inside one pr
 what a TF2 user waits for and holds: the whole ``python SCRIPT`` process, interpreter start, ``import
 tensorflow``, graphcache's import and ``install()``, Keras' model building and tracing, the first result, and
 graphcache's exit drain (an entry write still in flight is waited for there, so the miss pays it). The
-workloads are functions_bench.py's (``deep8k``, ``resnet50`` predict, ``transformer_fit``, ``saved_model``),
-each run by the same code (``functions_bench.call_workload``) up to its first result. Variants:
+workloads are functions_bench.py's (``deep8k``, ``resnet50`` predict, ``transformer_fit``, ``saved_model``), and
+on request a keras.applications model's first ``predict`` or ``evaluate`` (``keras:ResNet50V2:evaluate``: 96x96
+inputs, batch 8), each run by the same code (``functions_bench.call_workload``) up to its first result. Variants:
 
 - ``plain``: TensorFlow alone;
-- ``miss``: ``graphcache.install(cache_dir=dir)`` (the defaults: TF2 functions cached; traces too where
-  ``GRAPHCACHE_TRACES=1`` is set, off by default since [sound]) on an EMPTY
-  cache dir, emptied before every run: a first-ever run;
+- ``miss``: ``graphcache.install(cache_dir=dir)`` (TF2 functions cached; traces too with ``--traces``:
+  ``GRAPHCACHE_TRACES=1``, else ``0``) on an EMPTY cache dir, emptied before every run: a first-ever run;
 - ``warm``: the same on a cache dir that one untimed run filled first.
 
 Each round runs the three variants once, in an order that rotates from round to round, so drift on a
@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -51,6 +52,8 @@ WORKLOADS = functions_bench.WORKLOADS
 VARIANTS = ("plain", "miss", "warm")
 LABELS = {"plain": "plain TensorFlow", "miss": "install(), empty cache dir", "warm": "install(), filled cache dir"}
 GOAL = 1.05  # miss / plain, median wall time
+# keras.applications' first predict or evaluate (functions_bench.keras_application), e.g. keras:ResNet50V2:evaluate
+KERAS_WORKLOAD = re.compile(r"keras:[A-Za-z0-9_]+:(predict|evaluate)")
 
 # The timed script. Arguments: workload, variant, cache dir, SavedModel path, benchmarks/ dir, log file.
 SCRIPT = """\
@@ -117,7 +120,7 @@ def bench_workload(workload: str, runs: int, warmup: int, saved_model: str,
     script.write_text(SCRIPT)
     dirs = {"plain": work / "unused", "miss": work / "miss-cache", "warm": work / "warm-cache"}
     logs = {variant: work / f"{variant}.jsonl" for variant in VARIANTS}
-    env = common.child_env({"TF_CPP_MIN_LOG_LEVEL": "2", "GRAPHCACHE_TRACES": "1" if traces else None},
+    env = common.child_env({"TF_CPP_MIN_LOG_LEVEL": "2", "GRAPHCACHE_TRACES": "1" if traces else "0"},
                            drop_prefixes=("GRAPHCACHE_",))
     env.pop("PYTHONPATH", None)  # the script puts benchmarks/ on its path itself, after graphcache's import
 
@@ -238,7 +241,8 @@ def format_result(report: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, from {WORKLOADS}")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS),
+                        help=f"comma-separated, from {WORKLOADS} or keras:<application>:predict|evaluate")
     parser.add_argument("--runs", type=int, default=5, help="timed rounds (default 5)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
     parser.add_argument("--json", type=Path, help="also write the results here")
@@ -248,8 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with common.teed_stdout(args.out, args.append):
         workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
-        if any(w not in WORKLOADS for w in workloads) or args.runs < 1 or args.warmup < 0:
-            parser.error(f"workloads from {WORKLOADS}; --runs >= 1, --warmup >= 0")
+        if any(w not in WORKLOADS and not KERAS_WORKLOAD.fullmatch(w) for w in workloads) or args.runs < 1 \
+                or args.warmup < 0:
+            parser.error(f"workloads from {WORKLOADS} or keras:<application>:predict|evaluate; --runs >= 1, "
+                         "--warmup >= 0")
         report = bench(workloads, args.runs, args.warmup, log=lambda m: print(m, file=sys.stderr, flush=True),
                        traces=args.traces)
         common.print_report(report, format_result, args.json)

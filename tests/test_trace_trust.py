@@ -403,6 +403,10 @@ def test_the_recording_sees_files_environment_and_imports_the_walk_cannot(tmp_pa
     assert quiet.problems() == []
     os.environ.get("GC_SECRET_SCALE")  # outside a record: nobody notes it
     assert quiet.problems() == [] and isinstance(os.environ, os._Environ)
+    for read in (lambda: os.environb[b"GC_SECRET_SCALE"], lambda: len(os.environ), lambda: repr(os.environb)):
+        with recording.record() as other:
+            read()
+        assert any("environment" in problem for problem in other.problems()), other.problems()
 
 
 HIDDEN_READ_CHILD = '''

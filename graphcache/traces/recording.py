@@ -10,7 +10,9 @@ runs, and refused (``recorded``) when it:
   inside, anything that reads data the key does not hold. Seen through PEP 578 audit events (``open``);
 - **imported a module that trust.py does not trust** (its top-level code ran inside the trace, unwalked);
 - **read an environment variable** other than those in ``ALLOWED_ENV`` (read by TensorFlow while tracing,
-  and changing no graph): ``os.environ`` is watched on the tracing thread for the trace's duration;
+  and changing no graph): ``os.environ`` and ``os.environb`` are watched on the tracing thread for the trace's
+  duration (``posix.environ``, the start-up copy, is a plain dict no watch can see: walked code that reaches
+  ``posix`` is refused, stateful.py);
 - raised any **other audit event** not in ``HARMLESS_EVENTS`` (sockets, subprocesses, directory listings,
   unpickling, ``ctypes``, ...).
 
@@ -100,19 +102,31 @@ def _harmless_open(path: Any, mode: Any) -> bool:
 
 
 class _WatchedEnviron(type(os.environ)):  # type: ignore[misc]
-    """``os.environ``'s class while a trace is recorded: reads on the recording thread are noted."""
+    """The class of ``os.environ`` and ``os.environb`` (str and bytes views of one environment) while a trace is
+    recorded: reads on the recording thread are noted. ``get``, ``in``, ``copy`` and ``items`` go through
+    ``__getitem__`` or ``__iter__``; ``len`` and ``repr`` read the data directly."""
 
     def __getitem__(self, key: Any) -> Any:
-        record = getattr(_state, "record", None)
-        if record is not None:
-            record.environment.append(str(key))
+        _note(os.fsdecode(key) if isinstance(key, bytes) else str(key))
         return super().__getitem__(key)
 
     def __iter__(self) -> Iterator[Any]:
-        record = getattr(_state, "record", None)
-        if record is not None:
-            record.environment.append("(all of them)")
+        _note("(all of them)")
         return super().__iter__()
+
+    def __len__(self) -> int:
+        _note("(all of them: their number)")
+        return super().__len__()
+
+    def __repr__(self) -> str:
+        _note("(all of them)")
+        return super().__repr__()
+
+
+def _note(name: str) -> None:
+    record = getattr(_state, "record", None)
+    if record is not None:
+        record.environment.append(name)
 
 
 def _install() -> None:
@@ -124,8 +138,9 @@ def _install() -> None:
             return
         sys.addaudithook(_audit)
         original = type(os.environ)
-        if original is _WatchedEnviron.__mro__[1]:
-            os.environ.__class__ = _WatchedEnviron
+        for environ in (os.environ, getattr(os, "environb", None)):  # environb: POSIX only
+            if environ is not None and type(environ) is _WatchedEnviron.__mro__[1]:
+                environ.__class__ = _WatchedEnviron
         runtime.state.patched[PATCH] = original
 
 

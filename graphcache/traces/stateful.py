@@ -16,6 +16,10 @@ STATEFUL_MODULES = frozenset({
     "os", "sys", "random", "time", "datetime", "uuid", "secrets", "socket", "subprocess", "threading",
     "multiprocessing", "io", "importlib", "inspect", "gc", "ctypes", "logging", "warnings", "pickle", "shutil",
     "tempfile", "glob", "pathlib", "platform", "getpass", "signal", "select", "traceback", "locale", "thread",
+    # the C halves and neighbours of those: posix.environ is the start-up environment as a plain dict
+    "posix", "nt", "pwd", "grp", "resource", "fcntl", "mmap", "sysconfig", "site", "faulthandler", "tracemalloc",
+    "zoneinfo", "asyncio", "concurrent", "queue", "sched", "selectors", "urllib", "http", "ssl", "sqlite3", "dbm",
+    "shelve", "atexit",
 })
 # Attributes of library modules that are such state too, when the code reads them off the module.
 STATEFUL_ATTRIBUTES = frozenset({"numpy.random"})

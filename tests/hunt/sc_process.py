@@ -41,6 +41,20 @@ def jitter():
 
 def np_jitter():
     return float(np.random.rand())
+
+
+def environb_scale():
+    return float(os.environb[b"PROCLIB_SCALE"])
+
+
+def posix_environ_scale():
+    import posix
+
+    return float(posix.environ[b"PROCLIB_SCALE"])
+
+
+def environ_count():
+    return float(len(os.environ) > 0) + float("PROCLIB_SCALE" in repr(os.environ))
 '''
 WARNLIB = '''\
 import warnings
@@ -111,6 +125,17 @@ report(f(tf.ones([1])))
     Scenario("getenv_user", PROCESS, program=_program('float(os.getenv("USER_SCALE"))', "import os"),
              a=Variant(env={"USER_SCALE": "2.0"}), b=Variant(env={"USER_SCALE": "3.0"}),
              why="control: os.getenv in user code is refused"),
+    Scenario("environb_library", PROCESS, installed=LIB, program=_program("proclib.environb_scale()", "import proclib"),
+             a=Variant(env={"PROCLIB_SCALE": "2.0"}), b=Variant(env={"PROCLIB_SCALE": "3.0"}),
+             why="os.environb (the environment as bytes, another mapping than os.environ) read inside a library"),
+    Scenario("posix_environ_library", PROCESS, installed=LIB,
+             program=_program("proclib.posix_environ_scale()", "import proclib"),
+             a=Variant(env={"PROCLIB_SCALE": "2.0"}), b=Variant(env={"PROCLIB_SCALE": "3.0"}),
+             why="posix.environ (the start-up environment, a plain dict) read inside a library"),
+    Scenario("environ_repr_library", PROCESS, installed=LIB, program=_program("proclib.environ_count()",
+                                                                             "import proclib"),
+             a=Variant(env={"PROCLIB_SCALE": "2.0"}), b=Variant(env={"OTHER": "3.0"}),
+             why="len() and repr() of os.environ inside a library (neither goes through __getitem__)"),
     Scenario("time_user", PROCESS, program=_program("float(time.localtime(0).tm_hour + 1)", "import time"),
              a=Variant(env={"TZ": "UTC0"}), b=Variant(env={"TZ": "JST-9"}),
              why="control: the time module in user code is refused"),
