@@ -668,3 +668,36 @@ def test_warnings_given_while_tracing_are_given_again_on_a_hit(cache_dir):
     assert warm["hits"] >= 1  # Keras' predict step; scaled() reads the warnings module: traced every time
     for run in (cold, warm):
         assert (run["scaled"], run["predict"], run["warnings"]) == (plain["scaled"], plain["predict"], plain["warnings"])
+
+
+def test_a_trace_holding_an_objects_memory_address_is_refused():
+    """``repr``/``str``/an f-string of an object without its own ``__repr__`` gives its address in this process:
+    traced into a string constant (or an op's string attribute), a hit would return the first process's."""
+    import tensorflow as tf
+
+    from graphcache.traces import stored
+    from graphcache.traces.walk import Uncacheable
+
+    def helper():
+        pass
+
+    @tf.function
+    def bucket(x):
+        return x + tf.strings.to_hash_bucket_fast(tf.constant(repr(helper)), 1000)
+
+    @tf.function
+    def printed(x):
+        tf.print(f"{helper}", x)
+        return x
+
+    @tf.function
+    def hexadecimal(x):  # text that only looks like one: "0x..." without an object's repr around it
+        return x + tf.strings.length(tf.constant("mask 0xdeadbeefcafe"), unit="BYTE", name="at_0x")
+
+    for function in (bucket, printed):
+        concrete = function.get_concrete_function(tf.TensorSpec([], tf.int64))
+        with pytest.raises(Uncacheable) as caught:
+            stored.check_graph(stored.library_of(concrete.function_def.signature.name))
+        assert caught.value.reason == "graph" and "memory address" in caught.value.detail
+    concrete = hexadecimal.get_concrete_function(tf.TensorSpec([], tf.int32))
+    stored.check_graph(stored.library_of(concrete.function_def.signature.name))

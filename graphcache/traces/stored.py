@@ -24,7 +24,8 @@ of nested calls restored) bound the same way.
 What a stored trace cannot carry is refused when the trace is described (``Uncacheable``): captures the
 walk did not reach (the key would not cover them), call-time (by-reference) captures, outputs that are
 neither tensors, None nor a ``tf.experimental.Optional`` (what Keras' train and test steps return), ops that
-call back into this process's Python (py_function) or share a resource by name, and custom gradients
+call back into this process's Python (py_function) or share a resource by name, text holding an object's
+memory address (a string constant or attribute made from a default ``repr``: ``_holds_address``), and custom gradients
 (registered in the tracing process only) that an output of their function depends on (allowed in a trace that
 is never differentiated from outside, Keras' steps: a restored one has the same ops, its gradients computed
 inside already; and where no output depends on them, as a Keras optimizer's all-reduce of the gradients).
@@ -34,12 +35,13 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tensorflow.core.framework import function_pb2
+from tensorflow.core.framework import function_pb2, types_pb2
 from tensorflow.core.function import trace_type
 from tensorflow.core.function.capture import restore_captures
 from tensorflow.core.function.polymorphism import function_type as function_type_lib
@@ -62,6 +64,7 @@ MAGIC = b"GCTRACE1"
 PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})  # a token into the tracing process
 CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 GRADIENT_ATTR = "_gradient_op_type"
+ADDRESS = re.compile(rb" at 0x[0-9a-fA-F]{6,}>")  # the tail of object.__repr__: "<function f at 0x7f3a2c1b0>"
 
 
 @dataclass
@@ -186,6 +189,22 @@ def check_graph(library: function_pb2.FunctionDefLibrary, *, forward_only: bool 
             op_def = op_def_registry.get(node.op)
             if op_def is not None and any(attr.name == "shared_name" for attr in op_def.attr):
                 raise Uncacheable("graph", f"{fdef.signature.name} has a resource shared by name ({node.op})")
+            if _holds_address(node):
+                raise Uncacheable("graph", f"{fdef.signature.name} holds a memory address in {node.name} ({node.op}): "
+                                           "text made from an object's default repr, this process's only")
+
+
+def _holds_address(node: Any) -> bool:
+    """Whether a string constant or string attribute of ``node`` holds an object's default repr
+    (``<function f at 0x7f...>``): traced from ``repr``/``str``/an f-string of an object, its value is this
+    process's address, which no key can hold."""
+    for attr in node.attr.values():
+        texts = [attr.s] if attr.s else list(attr.list.s)
+        if attr.HasField("tensor") and attr.tensor.dtype == types_pb2.DT_STRING:
+            texts += attr.tensor.string_val
+        if any(ADDRESS.search(text) for text in texts):
+            return True
+    return False
 
 
 def _output_ancestors(fdef: function_pb2.FunctionDef) -> set[str]:
