@@ -241,10 +241,20 @@ def _wired(order: str, *, kwargs: dict | None = None, outputs: str = "single"):
     return keras.Model(inputs, out[outputs], name="wired")
 
 
+def _cumsum(axis: int):
+    """``keras.ops.cumsum(x, axis=axis)`` as a model (an operation that is not a layer; named, as a fresh process
+    would name it)."""
+    import keras
+    from keras.src.ops.numpy import Cumsum
+
+    inputs = keras.Input((4, 4), name="x")
+    return keras.Model(inputs, Cumsum(axis=axis, name="cumsum")(inputs), name="cumsum_model")
+
+
 def test_a_functional_models_graph_of_layer_calls_is_in_its_key():
     """Keras' functional model is keyed by each layer's config and its own graph of calls (topology.py), not by its
-    whole get_config(): the wiring, a call's arguments and the outputs' structure each change the key; a shared
-    layer's calls in another model do not."""
+    whole get_config(): the wiring, a call's arguments, the outputs' structure and the attributes of an operation
+    that is not a layer each change the key; a shared layer's calls in another model do not."""
     import keras
 
     from graphcache.traces import topology
@@ -254,6 +264,7 @@ def test_a_functional_models_graph_of_layer_calls_is_in_its_key():
     for changed in (_wired("ba"), _wired("ab", kwargs={"training": True}), _wired("ab", outputs="list")):
         assert _key(changed)[0] != digest
     assert _key(_wired("ab", outputs="dict"))[0] != _key(_wired("ab", outputs="dict_reversed"))[0]
+    assert _key(_cumsum(1))[0] == _key(_cumsum(1))[0] != _key(_cumsum(2))[0]  # an operation's own attribute
     shared = keras.layers.Dense(4, name="shared")
     first = keras.Input((4,))
     keras.Model(first, shared(first))  # a node of another model comes first

@@ -199,8 +199,7 @@ class TraceCache:
             kerasstep.after_hit(root)
         elif isinstance(root, kerasfit.FitStep):
             kerasfit.after_hit(root)
-        else:
-            objects.after_hit(key.walk, found[1].called)
+        objects.after_hit(key.walk, found[1].called)  # the layers the trace called first (MultiHeadAttention's)
         self.cache.count_lookup(KIND, hits=1, saved_seconds=max(0.0, found[0].compile_seconds - seconds))
         log.info("graphcache trace hit %s key=%s %.3fs", name, key.key, seconds)
         self._flush(root)

@@ -182,14 +182,15 @@ def _element_spec(function_type: Any) -> Any:
 
 
 # -- the key ------------------------------------------------------------------------------------------------
-def walk_step(step: FitStep, reuse_configs: dict[str, Any] | None = None) -> Walk:
-    """The walk of a train or test trace (see the module docstring); raises Uncacheable. ``reuse_configs``:
-    as kerasstep.walk_step's."""
+def walk_step(step: FitStep, reuse_configs: dict[str, Any] | None = None,
+              before: dict[Any, Any] | None = None) -> Walk:
+    """The walk of a train or test trace (see the module docstring); raises Uncacheable. ``reuse_configs`` and
+    ``before``: as kerasstep.walk_step's."""
     model = step.model
     kerasstep.check_model(model)
     if not getattr(model, "compiled", False) or getattr(model, "_compile_config", None) is None:
         raise Uncacheable(REASON, "the model is not compiled")
-    walk = Walk(reuse_configs=reuse_configs)
+    walk = Walk(before=before, reuse_configs=reuse_configs)
     walk.packages.update({"keras", "tensorflow"})
     walk.value(("keras fit step", step.method, step.function.__qualname__, *kerasstep.keras_settings(model),
                 int(model.unrolled_steps_per_execution), str(getattr(model, "_distribute_reduction_method", None)),

@@ -51,7 +51,7 @@ from tensorflow.python.framework import ops
 from tensorflow.python.ops import resource_variable_ops
 
 from .instance import keyed_state, self_chains, self_reads
-from .topology import graph_config, is_graph_model
+from .topology import graph_config, is_graph_model, operations
 from .walk import Uncacheable, Walk, is_library
 
 TRAINER_MODULE = "keras.src.backend.tensorflow.trainer"
@@ -120,12 +120,14 @@ def after_hit(step: PredictStep) -> None:
         step.model._called = True
 
 
-def walk_step(step: PredictStep, reuse_configs: dict[str, Any] | None = None) -> Walk:
+def walk_step(step: PredictStep, reuse_configs: dict[str, Any] | None = None,
+              before: dict[Any, Any] | None = None) -> Walk:
     """The walk of a predict trace's model (see the module docstring); raises Uncacheable. ``reuse_configs``:
-    the walk before the trace's ``configs``, for the walk after it (keying.same_reads)."""
+    the walk before the trace's ``configs``, ``before``: the layers' ``_called`` before the trace
+    (objects.before_trace), both for the walk after it (keying.same_reads)."""
     model = step.model
     check_model(model)
-    walk = Walk(reuse_configs=reuse_configs)
+    walk = Walk(before=before, reuse_configs=reuse_configs)
     walk.packages.update({"keras", "tensorflow"})
     walk.value(("keras predict step", step.function.__qualname__, *keras_settings(model)), "settings")
     walk_model(walk, model, model_objects(model))
@@ -157,12 +159,21 @@ def walk_model(walk: Walk, model: Any, known: dict[int, str], where: str = "",
     """Every layer and variable of ``model`` into ``walk`` (see the module docstring); ``known`` labels the
     objects a user class may read off ``self`` (model_objects(), and a train step's optimizer and metrics).
     ``where`` prefixes the paths (layers ``<where>layer<i>``, bindings ``<where>keras:<i>:<path>``); ``called``
-    says what a layer's ``_called`` is keyed as (Keras' steps: the model as called, a sublayer as it is)."""
+    says what a layer's ``_called`` is keyed as (Keras' steps: the model as called, a sublayer as it was before
+    the trace: one the trace calls first, MultiHeadAttention's projections, is set by it, and set again by a
+    hit from the entry's ``called``). Each layer is the walk's object ``<where>layer<i>``."""
     layers = model._flatten_layers(include_self=True, recursive=True)
     for index, layer in enumerate(layers):
-        flag = (index == 0 or bool(layer._called)) if called is None else called(layer)
+        flag = (index == 0 or called_before(walk, layer)) if called is None else called(layer)
         _layer(walk, layer, index, known, f"{where}layer{index}", flag)
+        walk.objects.setdefault(f"{where}layer{index}", layer)
     bind_variables(walk, model.variables, f"{where}keras", "the model")
+
+
+def called_before(walk: Walk, layer: Any) -> bool:
+    """A layer's ``_called`` as keyed: as it was before the miss's trace (``walk.before``), else as it is."""
+    before = walk.before.get(id(layer))
+    return bool(layer._called) if before is None else bool(before)
 
 
 def bind_variables(walk: Walk, variables: list[Any], prefix: str, whose: str) -> None:
@@ -204,6 +215,9 @@ def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], path: str,
         raise Uncacheable(REASON, f"{where} is not built (it would create its variables inside the trace)")
     walk.value(cls, f"{path}/class")
     text = _layer_config(walk, layer, path, where)
+    if is_graph_model(layer):  # its operations that are not layers: their code (their configs are in the text)
+        for number, operation in enumerate(operations(layer)):
+            walk.value(type(operation), f"{path}/operation{number}/class")
     try:
         walk.value(("layer", index, layer.name, layer.dtype_policy.name, text,
                     [getattr(layer, flag, None) for flag in LAYER_FLAGS], called), path)
@@ -364,4 +378,4 @@ def _config_repr(value: Any, parts: list[str], depth: int) -> bool:
 
 
 __all__ = ["PredictStep", "after_hit", "bind_variables", "check_model", "config_text", "held", "instance_reads",
-           "keras_settings", "model_objects", "predict_step", "walk_model", "walk_step"]
+           "keras_settings", "model_objects", "predict_step", "walk_model", "walk_step", "called_before"]

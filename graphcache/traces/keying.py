@@ -155,9 +155,9 @@ def walk_root(root: Any, before: dict[Any, Any] | None = None, reuse_configs: di
     or a Keras step's model (and its compile state, for a train or test step; ``reuse_configs``: the walk before
     the trace's layer configs, for the walk after it)."""
     if isinstance(root, kerasstep.PredictStep):
-        return kerasstep.walk_step(root, reuse_configs)
+        return kerasstep.walk_step(root, reuse_configs, before)
     if isinstance(root, kerasfit.FitStep):
-        return kerasfit.walk_step(root, reuse_configs)
+        return kerasfit.walk_step(root, reuse_configs, before)
     walk = Walk(objects.RULE, before)
     if isinstance(root, instance.BoundMethod):
         return instance.walk_method(root, walk)

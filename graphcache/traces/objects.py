@@ -107,15 +107,8 @@ def _layer(walk: Walk, layer: Any, path: str) -> None:
             raise Uncacheable(REASON, f"{path}: layer {inner.name} holds losses of a call (add_loss, an activity "
                                       "regularizer)")
     walk.value(("keras layer", len(layers)), path)
-    kerasstep.walk_model(walk, layer, kerasstep.model_objects(layer), f"{path}/", lambda inner: called(walk, inner))
-    for index, inner in enumerate(layers):
-        walk.objects.setdefault(f"{path}/layer{index}", inner)
-
-
-def called(walk: Walk, layer: Any) -> bool:
-    """A layer's ``_called`` as keyed: as it was before the miss's trace (``walk.before``), else as it is."""
-    before = walk.before.get(id(layer))
-    return bool(layer._called) if before is None else bool(before)
+    kerasstep.walk_model(walk, layer, kerasstep.model_objects(layer), f"{path}/",
+                         lambda inner: kerasstep.called_before(walk, inner))
 
 
 def _optimizer(walk: Walk, optimizer: Any, path: str) -> None:
@@ -198,4 +191,4 @@ def after_hit(walk: Walk, paths: list[str]) -> None:
             layer._called = True
 
 
-__all__ = ["RULE", "KerasObjects", "after_hit", "before_trace", "called", "calls"]
+__all__ = ["RULE", "KerasObjects", "after_hit", "before_trace", "calls"]

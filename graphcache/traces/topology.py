@@ -9,7 +9,8 @@ for its layers' configs, ad hoc; the ABC caches those ``isinstance`` calls fill 
 outlived the walk and brought the process's next full collection forward).
 
 For a ``Functional`` model the text is what ``_run_through_graph`` (the code a predict or train trace runs)
-reads, in the order it runs it: each node by depth, deepest first, with its layer (by name), the node's index
+reads, in the order it runs it: each node by depth, deepest first, with its layer (by name; an operation that
+is not a layer, ``keras.ops.cumsum(x, axis=1)``, also by its class and config), the node's index
 among the model's own nodes of that layer (as the config re-indexes them), its call arguments (a symbolic
 tensor as the node, index, shape and dtype it comes from, the way the config serializes it; any other value
 as exact text, else the config itself for walk.py to key or refuse), and the model's inputs and outputs as the
@@ -40,8 +41,9 @@ def graph_config(model: Any) -> tuple[Any, ...]:
         functional = model._functional
         shape = None if functional is None else model._layers[0].batch_shape
         names = [layer.name for layer in model._layers]
-        return ("sequential", model.name, bool(model.trainable), names, _shape(shape),
-                None if functional is None else graph_config(functional))
+        # the functional model it runs through, less the name Keras numbers for it (never read: it is call()ed)
+        inner = None if functional is None else ("functional", None, *graph_config(functional)[2:])
+        return ("sequential", model.name, bool(model.trainable), names, _shape(shape), inner)
     own = model._nodes
     nodes = []
     for depth in sorted(model._nodes_by_depth, reverse=True):
@@ -49,10 +51,29 @@ def graph_config(model: Any) -> tuple[Any, ...]:
             if node.operation is None or node.is_input:
                 continue
             index = node.operation._inbound_nodes.index(node)
-            nodes.append((node.operation.name, _own_index(node.operation, index, own),
+            nodes.append((node.operation.name, _own_index(node.operation, index, own), _operation(node.operation),
                           _arguments(node.arguments.args, own), _arguments(node.arguments.kwargs, own)))
     return ("functional", model.name, bool(model.trainable), _arguments(model._inputs_struct, own),
             [_tensor(x, own) for x in model.inputs], nodes, _arguments(model._outputs_struct, own))
+
+
+def operations(model: Any) -> list[Any]:
+    """The model's operations that are not layers (``keras.ops.cumsum(x, axis=1)`` between layers): not among
+    its ``_flatten_layers``, so their classes are keyed from here (kerasstep.py) and their configs in the text."""
+    from keras import Layer
+
+    return [operation for operation in getattr(model, "operations", ()) if not isinstance(operation, Layer)]
+
+
+def _operation(operation: Any) -> Any:
+    """A layer is keyed on its own (kerasstep.py); an operation that is not one by its class and config here: its
+    attributes (``Cumsum``'s axis) are not call arguments."""
+    from keras import Layer
+
+    if isinstance(operation, Layer):
+        return None
+    cls = type(operation)
+    return (f"{cls.__module__}.{cls.__qualname__}", operation.get_config())
 
 
 def _own_index(operation: Any, index: int, own: Any) -> int:
@@ -90,4 +111,4 @@ def _shape(shape: Any) -> Any:
     return None if shape is None else tuple(shape)
 
 
-__all__ = ["graph_config", "is_graph_model"]
+__all__ = ["graph_config", "is_graph_model", "operations"]

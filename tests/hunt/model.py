@@ -18,6 +18,7 @@ LIBRARY_CONFIG = "library-config"
 UNWALKED = "unwalked-path"
 PROCESS = "process-state"
 STRUCTURE = "structured-input"
+KERAS_MODEL = "keras-model"
 MUST_HIT = "must-hit"
 CLASSES = (USER_AS_LIBRARY, LIBRARY_STATE, LIBRARY_FILES, LIBRARY_CONFIG, UNWALKED, PROCESS, STRUCTURE)
 

@@ -1,0 +1,67 @@
+"""Keras functional and sequential models under ``predict``: keyed by each layer's own config and the model's
+graph of layer calls (graphcache/traces/topology.py) rather than the model's whole ``get_config()``. What that
+graph must hold: the wiring between layers, a call's keyword arguments, the attributes of an operation that is
+not a layer (``keras.ops.cumsum(x, axis=...)``), the layers of a model nested in another (transfer learning's
+shape), a sequential model's layer order."""
+
+from __future__ import annotations
+
+from .model import KERAS_MODEL, MUST_HIT, Scenario, Variant
+
+HEADER = '''
+import numpy as np
+import keras
+keras.utils.set_random_seed(0)
+X = np.arange(32, dtype="float32").reshape(2, 4, 4) / 10.0
+'''
+
+SCENARIOS = [
+    Scenario("keras_operation_attribute", KERAS_MODEL, program=HEADER + '''
+inputs = keras.Input((4, 4))
+model = keras.Model(inputs, keras.layers.Dense(3, kernel_initializer="ones")(keras.ops.cumsum(inputs, axis=@V@)))
+report(model.predict(X, verbose=0))
+''', a=Variant("1"), b=Variant("2"), why="an operation that is not a layer: its axis is its own attribute, not an argument"),
+    Scenario("keras_wiring_order", KERAS_MODEL, program=HEADER + '''
+first = keras.layers.Dense(4, kernel_initializer="ones", name="first")
+second = keras.layers.Dense(4, kernel_initializer="identity", bias_initializer="ones", name="second")
+layers = {"first": first, "second": second}
+inputs = keras.Input((4,))
+h = inputs
+for name in @V@:
+    h = layers[name](h)
+model = keras.Model(inputs, h)
+report(model.predict(X[:, 0], verbose=0))
+''', a=Variant('("first", "second")'), b=Variant('("second", "first")'),
+             why="the same layers (names, configs) wired in another order"),
+    Scenario("keras_call_keyword", KERAS_MODEL, program=HEADER + '''
+inputs = keras.Input((4, 4))
+attended = keras.layers.Attention(name="attention")([inputs, inputs], use_causal_mask=@V@)
+model = keras.Model(inputs, attended)
+report(model.predict(X, verbose=0))
+''', a=Variant("True"), b=Variant("False"), why="a layer called with a keyword argument (a causal mask or none)"),
+    Scenario("keras_nested_model_layer", KERAS_MODEL, program=HEADER + '''
+base_in = keras.Input((4,))
+base = keras.Model(base_in, keras.layers.Dense(4, activation="@V@", kernel_initializer="ones", name="inner")(base_in),
+                   name="base")
+inputs = keras.Input((4,))
+model = keras.Model(inputs, keras.layers.Dense(2, kernel_initializer="ones", name="head")(base(inputs - 1.0)))
+report(model.predict(X[:, 0], verbose=0))
+''', a=Variant("relu"), b=Variant("tanh"), why="a layer of a model nested in another (a pretrained base's shape)"),
+    Scenario("keras_sequential_order", KERAS_MODEL, program=HEADER + '''
+layers = {"scale": keras.layers.Rescaling(2.0, name="scale"), "shift": keras.layers.Rescaling(1.0, offset=1.0,
+                                                                                              name="shift")}
+model = keras.Sequential([keras.Input((4,))] + [layers[name] for name in @V@])
+report(model.predict(X[:, 0], verbose=0))
+''', a=Variant('("scale", "shift")'), b=Variant('("shift", "scale")'), why="a sequential model's layers in another order"),
+]
+
+MUST_HIT_KERAS = [
+    Scenario("hit_keras_operations_model", MUST_HIT, program=HEADER + '''
+tokens = keras.Input((8,), dtype="int32")
+h = keras.layers.Embedding(50, 16, name="tokens")(tokens)
+h = h + keras.layers.Embedding(8, 16, name="positions")(keras.ops.arange(8))
+h = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8, name="attention")(h, h)
+model = keras.Model(tokens, keras.layers.Dense(2, name="head")(keras.ops.mean(h, axis=@V@)))
+report(model.predict(np.arange(16).reshape(2, 8) % 50, verbose=0))
+''', a=Variant("1"), b=Variant("1"), why="a functional model with keras.ops between its layers (a transformer's shape)"),
+]
