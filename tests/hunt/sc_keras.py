@@ -55,6 +55,71 @@ report(model.predict(X[:, 0], verbose=0))
 ''', a=Variant('("scale", "shift")'), b=Variant('("shift", "scale")'), why="a sequential model's layers in another order"),
 ]
 
+FIT_HEADER = HEADER + '''
+Y = np.array([[1.0, 0.0], [0.0, 1.0]], dtype="float32")
+
+
+def small():
+    inputs = keras.Input((4,))
+    hidden = keras.layers.Dense(3, kernel_initializer="ones", name="hidden")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(2, kernel_initializer="ones", name="out")(hidden))
+'''
+
+SCENARIOS += [
+    Scenario("keras_loss_reads_global", KERAS_MODEL, program=FIT_HEADER + '''
+SCALE = @V@
+
+
+def scaled_mse(y_true, y_pred):
+    return keras.ops.mean(keras.ops.square(y_true - y_pred)) * SCALE
+
+
+model = small()
+model.compile(optimizer=keras.optimizers.SGD(0.01), loss=scaled_mse)
+report(model.evaluate(X[:, 0], Y, verbose=0))
+''', a=Variant("1.0"), b=Variant("3.0"), why="a user loss function reading a module global, under evaluate"),
+    Scenario("keras_metric_class", KERAS_MODEL, program=FIT_HEADER + '''
+model = small()
+model.compile(optimizer="sgd", loss="mse", metrics=[keras.metrics.@V@(name="m")])
+report(model.evaluate(X[:, 0], Y, verbose=0))
+''', a=Variant("MeanSquaredError"), b=Variant("MeanAbsoluteError"), why="another metric class under one name"),
+    Scenario("keras_fit_learning_rate", KERAS_MODEL, program=FIT_HEADER + '''
+model = small()
+model.compile(optimizer=keras.optimizers.SGD(learning_rate=@V@), loss="mse")
+history = model.fit(X[:, 0], Y, epochs=2, batch_size=2, verbose=0, shuffle=False)
+report(history.history["loss"] + model.predict(X[:, 0], verbose=0).ravel().tolist())
+''', a=Variant("0.01"), b=Variant("0.05"), why="the optimizer's learning rate, under fit (and predict after it)"),
+    Scenario("keras_regularizer_factor", KERAS_MODEL, program=HEADER + '''
+inputs = keras.Input((4,))
+out = keras.layers.Dense(2, kernel_initializer="ones", kernel_regularizer=keras.regularizers.L2(@V@))(inputs)
+model = keras.Model(inputs, out)
+model.compile(optimizer="sgd", loss="mse")
+report(model.evaluate(X[:, 0], np.zeros((2, 2), "float32"), verbose=0))
+''', a=Variant("0.01"), b=Variant("0.1"), why="a layer's regularizer factor: in the loss evaluate computes"),
+    Scenario("keras_train_step_reads_global", KERAS_MODEL, program=FIT_HEADER + '''
+import tensorflow as tf
+
+CLIP = @V@
+
+
+class Clipped(keras.Model):
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True))
+        grads = [tf.clip_by_value(g, -CLIP, CLIP) for g in tape.gradient(loss, self.trainable_variables)]
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        return {"loss": loss}
+
+
+inputs = keras.Input((4,))
+model = Clipped(inputs, keras.layers.Dense(2, kernel_initializer="ones", name="out")(inputs))
+model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+model.fit(X[:, 0] * 10.0, Y, epochs=2, batch_size=2, verbose=0, shuffle=False)
+report([float(weight.sum()) for weight in model.get_weights()])
+''', a=Variant("0.01"), b=Variant("1.0"), why="a custom train_step reading a module global (the gradient clip)"),
+]
+
 MUST_HIT_KERAS = [
     Scenario("hit_keras_operations_model", MUST_HIT, program=HEADER + '''
 tokens = keras.Input((8,), dtype="int32")
