@@ -50,6 +50,7 @@ from typing import Any
 from tensorflow.python.framework import ops
 from tensorflow.python.ops import resource_variable_ops
 
+from . import modelstate
 from .instance import keyed_state, self_chains, self_reads
 from .walk import Uncacheable, Walk, is_library
 
@@ -216,7 +217,7 @@ def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], covered: b
     if not layer.built:
         raise Uncacheable(REASON, f"{where} is not built (it would create its variables inside the trace)")
     walk.value(cls, f"{path}/class")
-    text = _layer_config(walk, layer, path, where, covered)
+    text = _layer_config(walk, layer, path, where, covered, known)
     try:
         walk.value(("layer", index, layer.name, layer.dtype_policy.name, text,
                     [getattr(layer, flag, None) for flag in LAYER_FLAGS], called), path)
@@ -230,9 +231,10 @@ def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], covered: b
             instance_reads(walk, layer, owner, where, known)
 
 
-def _layer_config(walk: Walk, layer: Any, path: str, where: str, covered: bool) -> Any:
+def _layer_config(walk: Walk, layer: Any, path: str, where: str, covered: bool, known: dict[int, str]) -> Any:
     """The layer's config and build config as config_text; in the walk after a miss's trace, a library layer's
-    is the walk before's (trust.LIBRARY_STEPS_KEEP_CONFIGS: a model's get_config is most of a walk's time)."""
+    is the walk before's (trust.LIBRARY_STEPS_KEEP_CONFIGS: a model's get_config is most of a walk's time). A user
+    class whose get_config() fails is keyed by its state instead (modelstate.py)."""
     reused = walk.reuse_configs
     if reused is not None and path in reused and is_library(type(layer).__module__):
         text = reused[path]
@@ -240,7 +242,7 @@ def _layer_config(walk: Walk, layer: Any, path: str, where: str, covered: bool) 
         try:
             text = config_text(None if covered else (layer.get_config(), layer.get_build_config()))
         except Exception as exc:  # NotImplementedError for subclassed layers without a config, and any other
-            raise Uncacheable(REASON, f"{where}: get_config() fails ({type(exc).__name__}: {exc})") from None
+            text = modelstate.state(walk, layer, path, where, state_rule(known), exc)
     walk.configs[path] = text
     return text
 
@@ -286,7 +288,7 @@ def instance_reads(walk: Walk, layer: Any, owner: type, where: str, known: dict[
             if isinstance(function, types.FunctionType) and not isinstance(attr, staticmethod):
                 names.update(dict.fromkeys(self_reads(function, f"{where}: {owner.__qualname__}.{name}", REASON)))
                 chains.update(dict.fromkeys(self_chains(function)))
-    rule = functools.partial(_keras_state, known)
+    rule = state_rule(known)
     for name in names:
         if name in vars(layer):
             keyed_state(walk, vars(layer)[name], f"{where} self.{name}", 0, rule, REASON)
@@ -315,6 +317,11 @@ def _known_chain(walk: Walk, current: Any, chain: tuple[str, ...], where: str, k
             continue
         keyed_state(walk, current, where, 0, rule, REASON)
         return
+
+
+def state_rule(known: dict[int, str]) -> Callable[[Walk, Any, str, int], bool]:
+    """The rule (instance.keyed_state's) for what a user Keras object holds: the model's objects by label."""
+    return functools.partial(_keras_state, known)
 
 
 def _keras_state(known: dict[int, str], walk: Walk, value: Any, where: str, depth: int) -> bool:
@@ -375,4 +382,4 @@ def _config_repr(value: Any, parts: list[str], depth: int) -> bool:
 
 
 __all__ = ["PredictStep", "after_hit", "bind_variables", "check_model", "config_text", "held", "instance_reads",
-           "keras_settings", "model_objects", "predict_step", "walk_model", "walk_step"]
+           "keras_settings", "model_objects", "predict_step", "state_rule", "walk_model", "walk_step"]
