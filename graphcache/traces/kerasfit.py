@@ -48,7 +48,7 @@ from typing import Any
 from tensorflow.python.framework import tensor as tensor_lib
 from tensorflow.python.util import nest
 
-from . import kerasstep
+from . import kerasstep, modelstate
 from .walk import PLAIN_SCALARS, Uncacheable, Walk, is_library
 
 TRAINER_MODULE = kerasstep.TRAINER_MODULE
@@ -268,9 +268,8 @@ def keras_object(walk: Walk, obj: Any, where: str, known: dict[int, str]) -> Non
     walk.value(cls, f"{where}/class")
     try:
         config = obj.get_config()
-    except Exception as exc:
-        raise Uncacheable(REASON, f"{where} ({cls.__name__}): get_config() fails ({type(exc).__name__}: {exc})") \
-            from None
+    except Exception as exc:  # a user schedule without get_config (the Transformer tutorial's): its state
+        config = _without_config(walk, obj, where, known, exc)
     try:
         walk.value(("config", kerasstep.config_text(config)), where)
     except Uncacheable as exc:
@@ -279,6 +278,16 @@ def keras_object(walk: Walk, obj: Any, where: str, known: dict[int, str]) -> Non
     for owner in cls.__mro__:
         if not is_library(owner.__module__):
             kerasstep.instance_reads(walk, obj, owner, f"{where} ({cls.__name__})", known)
+
+
+def _without_config(walk: Walk, obj: Any, where: str, known: dict[int, str], failure: BaseException) -> Any:
+    """What keras_object keys in place of a config that fails: an optimizer's config without its schedule (keyed
+    apart), a user schedule's state (modelstate.py); else refused."""
+    keras = _keras()
+    label = f"{where} ({type(obj).__name__})"
+    if isinstance(obj, keras.optimizers.Optimizer):
+        return modelstate.optimizer_config(obj, label, failure)
+    return modelstate.state(walk, obj, where, label, kerasstep.state_rule(known), failure)
 
 
 def _metrics(model: Any) -> list[Any]:
