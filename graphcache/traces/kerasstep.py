@@ -50,7 +50,7 @@ from typing import Any
 from tensorflow.python.framework import ops
 from tensorflow.python.ops import resource_variable_ops
 
-from . import modelstate
+from . import modelstate, preprocessing
 from .instance import keyed_state, self_chains, self_reads
 from .walk import Uncacheable, Walk, is_library
 
@@ -214,7 +214,7 @@ def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], covered: b
     where = f"layer {index} ({layer.name}, {cls.__name__})"
     if cls.__name__ in FOREIGN_LAYERS:
         raise Uncacheable(REASON, f"{where} runs code the key cannot see")
-    if not layer.built:
+    if not layer.built and not preprocessing.builds_nothing(layer):
         raise Uncacheable(REASON, f"{where} is not built (it would create its variables inside the trace)")
     walk.value(cls, f"{path}/class")
     text = _layer_config(walk, layer, path, where, covered, known)
@@ -224,6 +224,7 @@ def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], covered: b
     except Uncacheable as exc:
         raise Uncacheable(REASON, f"{where}: its config is not plain ({exc.detail})") from None
     held(walk, layer, path, where, known)
+    preprocessing.key_tables(walk, layer, path, where)
     if isinstance(layer, keras.layers.Lambda):
         walk.value(layer.function, f"{path}/function")
     for owner in cls.__mro__:
