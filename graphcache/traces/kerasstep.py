@@ -214,7 +214,7 @@ def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], covered: b
     where = f"layer {index} ({layer.name}, {cls.__name__})"
     if cls.__name__ in FOREIGN_LAYERS:
         raise Uncacheable(REASON, f"{where} runs code the key cannot see")
-    if not layer.built and not preprocessing.builds_nothing(layer):
+    if not layer.built and not modelstate.builds_nothing(layer):
         raise Uncacheable(REASON, f"{where} is not built (it would create its variables inside the trace)")
     walk.value(cls, f"{path}/class")
     text = _layer_config(walk, layer, path, where, covered, known)

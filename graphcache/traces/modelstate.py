@@ -70,6 +70,16 @@ def user_class(obj: Any) -> bool:
     return not is_library(type(obj).__module__)
 
 
+def builds_nothing(layer: Any) -> bool:
+    """Whether an unbuilt ``layer`` may be keyed as it is: its class's ``build`` is Keras' default ``Layer.build``,
+    which makes no variables (a subclassed model without ``call`` or ``build``, the keras.io VAE; an
+    ``IndexLookup``, which ``TextVectorization`` calls through ``.call`` and so never builds). Should a trace build
+    it after all (``Layer.__call__`` builds by running ``call`` where sublayers are unbuilt), the variables it makes
+    refuse that trace (``creates_variables``) and its ``built`` flag changes what the walk after the trace reads
+    (``side_effect``): such a trace is never stored."""
+    return bool(getattr(type(layer).build, "_is_default", False))
+
+
 def stateful_kind(obj: Any) -> bool:
     """The kinds whose state ``state`` may key: layers and models (their library bases keep their state in
     ``__dict__``, SKIPPED aside) and learning-rate schedules (a base without state)."""
@@ -164,4 +174,4 @@ def _tensor_or_array(value: Any) -> bool:
     return isinstance(value, (ops.EagerTensor, np.ndarray, np.generic))
 
 
-__all__ = ["SKIPPED", "optimizer_config", "state", "stateful_kind", "user_class"]
+__all__ = ["SKIPPED", "builds_nothing", "optimizer_config", "state", "stateful_kind", "user_class"]

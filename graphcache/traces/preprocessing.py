@@ -6,9 +6,8 @@ its ``StringLookup`` is never built (``TextVectorization.call`` runs the lookup 
 vocabulary ``adapt`` made is no config value: ``get_config()`` names the vocabulary passed to the constructor only,
 ``adapt``'s lives in a ``tf.lookup.StaticHashTable``, a TensorFlow resource the trace captures by handle. So:
 
-- ``builds_nothing``: an unbuilt ``IndexLookup`` layer (Keras' class of ``StringLookup`` and ``IntegerLookup``) is
-  not refused as unbuilt: it has no ``build`` of its own (Keras' default makes no variables), and a trace that did
-  build it would change its ``built`` flag, which the walk after a miss's trace sees (``side_effect``: not stored);
+- an unbuilt ``IndexLookup`` layer (Keras' class of ``StringLookup`` and ``IntegerLookup``) is not refused as
+  unbuilt: it has no ``build`` of its own (modelstate.builds_nothing);
 - ``key_tables``: every lookup table a layer holds (``lookup_table``, ``adapt``'s ``token_counts``) of TensorFlow's
   own classes: its class, key and value dtypes, default value (an eager tensor the lookup captures), size and content (the (key, value) pairs sorted
   by key, hashed): another vocabulary, or the same words in another order (other indices), is another key. Its
@@ -42,22 +41,6 @@ def _index_lookup() -> type:
     from keras.src.layers.preprocessing.index_lookup import IndexLookup
 
     return IndexLookup
-
-
-def builds_nothing(layer: Any) -> bool:
-    """Whether an unbuilt ``layer`` makes no variables when a trace calls it (see the module docstring)."""
-    kind = _index_lookup()
-    return isinstance(layer, kind) and "build" not in _user_overrides(type(layer), kind)
-
-
-def _user_overrides(cls: type, base: type) -> set[str]:
-    """Names the classes of ``cls``'s MRO above ``base`` define (a subclass of StringLookup with its own build)."""
-    names: set[str] = set()
-    for klass in cls.__mro__:
-        if klass is base:
-            break
-        names.update(vars(klass))
-    return names
 
 
 def key_tables(walk: Walk, layer: Any, path: str, where: str) -> None:
@@ -110,4 +93,4 @@ def content_digest(keys: np.ndarray, values: np.ndarray) -> str:
     return hasher.hexdigest()
 
 
-__all__ = ["builds_nothing", "content_digest", "key_tables"]
+__all__ = ["content_digest", "key_tables"]
