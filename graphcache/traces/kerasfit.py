@@ -49,7 +49,7 @@ from tensorflow.python.framework import tensor as tensor_lib
 from tensorflow.python.util import nest
 
 from . import kerasstep, modelstate
-from .walk import PLAIN_SCALARS, Uncacheable, Walk, is_library
+from .walk import PLAIN_SCALARS, ObjectRule, Uncacheable, Walk, is_library
 
 TRAINER_MODULE = kerasstep.TRAINER_MODULE
 FIT_STEP = "_make_function.<locals>.multi_step_on_iterator"
@@ -114,6 +114,8 @@ def build_state(step: FitStep, function_type: Any) -> None:
     """Create the variables Keras would create inside the first trace (see the module docstring), from the
     element spec of the iterator the step is traced for; raises Uncacheable when that cannot be done."""
     model = step.model
+    if uncallable(model):
+        return  # a user step on a model without call() (keras.io's VAE): plain Keras builds nothing first either
     optimizer = model.optimizer
     needed = (not all(layer.built for layer in model._flatten_layers())
               or _unbuilt(model._compile_metrics) or _unbuilt(model._compile_loss)
@@ -182,14 +184,15 @@ def _element_spec(function_type: Any) -> Any:
 
 
 # -- the key ------------------------------------------------------------------------------------------------
-def walk_step(step: FitStep, reuse_configs: dict[str, Any] | None = None) -> Walk:
+def walk_step(step: FitStep, reuse_configs: dict[str, Any] | None = None, rule: ObjectRule | None = None) -> Walk:
     """The walk of a train or test trace (see the module docstring); raises Uncacheable. ``reuse_configs``:
-    as kerasstep.walk_step's."""
+    as kerasstep.walk_step's; ``rule``: how Keras objects user code reads from globals are keyed (keying.py passes
+    objects.py's: keras.io's custom train_step updates metrics held in module globals)."""
     model = step.model
     kerasstep.check_model(model)
     if not getattr(model, "compiled", False) or getattr(model, "_compile_config", None) is None:
         raise Uncacheable(REASON, "the model is not compiled")
-    walk = Walk(reuse_configs=reuse_configs)
+    walk = Walk(rule, reuse_configs=reuse_configs)
     walk.packages.update({"keras", "tensorflow"})
     walk.value(("keras fit step", step.method, step.function.__qualname__, *kerasstep.keras_settings(model),
                 int(model.unrolled_steps_per_execution), str(getattr(model, "_distribute_reduction_method", None)),
@@ -209,6 +212,8 @@ def walk_step(step: FitStep, reuse_configs: dict[str, Any] | None = None) -> Wal
         for index, variable in enumerate(optimizer.variables):
             known.setdefault(id(variable), f"optimizer variable {index}")
     kerasstep.walk_model(walk, model, known)  # the user's train_step / test_step is its class's code
+    for index, layer in enumerate(model._flatten_layers(include_self=True, recursive=True)):
+        walk.objects.setdefault(f"layer{index}", layer)  # what a first trace calls first: a build's recipe redoes it
     _compile_state(walk, model, known)
     for index, metric in enumerate(metrics):
         _metric(walk, metric, index, known)
@@ -220,8 +225,16 @@ def walk_step(step: FitStep, reuse_configs: dict[str, Any] | None = None) -> Wal
 
 def after_hit(step: FitStep) -> None:
     """What the step's trace does to Python objects, done again when the trace came from the cache: the step
-    calls the model (``Layer.__call__`` sets ``_called``)."""
-    step.model._called = True
+    calls the model (``Layer.__call__`` sets ``_called``), unless it has no call() to run."""
+    if not uncallable(step.model):
+        step.model._called = True
+
+
+def uncallable(model: Any) -> bool:
+    """Whether ``model`` has no ``call()`` (Keras' Model.call raises): only a user ``train_step`` / ``test_step``
+    can use it, and neither Keras' symbolic build nor a step's trace ever calls it."""
+    keras = _keras()
+    return getattr(type(model), "call", None) is keras.Model.call
 
 
 def _compile_state(walk: Walk, model: Any, known: dict[int, str]) -> None:
@@ -329,6 +342,7 @@ def _metric(walk: Walk, metric: Any, index: int, known: dict[int, str]) -> None:
 
 def _optimizer(walk: Walk, optimizer: Any, known: dict[int, str]) -> None:
     keras = _keras()
+    walk.objects.setdefault("optimizer0", optimizer)  # an unbuilt one a user step builds: building.py learns it
     current = optimizer
     for depth in range(MAX_DEPTH):  # a LossScaleOptimizer wraps another
         where = f"optimizer{depth}"
@@ -356,4 +370,4 @@ def _plain(value: Any) -> Any:
     return text
 
 
-__all__ = ["FitStep", "after_hit", "build_state", "fit_step", "keras_object", "walk_step"]
+__all__ = ["FitStep", "after_hit", "build_state", "fit_step", "keras_object", "uncallable", "walk_step"]
