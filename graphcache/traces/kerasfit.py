@@ -28,7 +28,11 @@ Building first (``build_state``): plain Keras creates optimizer (and unbuilt met
 inside the first trace, so TensorFlow traces ``one_step_on_data`` twice; a hit needs them to exist to bind
 them. Before the first trace, graphcache builds that state as Keras' own ``_symbolic_build`` does (the
 path Keras takes under a distribution strategy) from the iterator's element spec; a test step's build leaves
-the optimizer alone, as plain ``evaluate`` does. For a functional or sequential model called on the input shapes
+the optimizer alone, as plain ``evaluate`` does, and so does a user ``train_step``'s, which builds the optimizer
+with the variables it trains (maybe a subset: Keras' build would make every variable's slots): its first trace
+builds it (``creates_variables``), building.py learns that build, stored at once (Keras traces the train function
+once, no retrace comes); a later process builds it first and stores the trace, the next hits. A model without
+``call()`` (keras.io's VAE) gets no build at all (``uncallable``): Keras' would call it. For a functional or sequential model called on the input shapes
 it was built for, the model's output spec is its output tensors (Keras' own shortcut in
 ``Function.compute_output_spec``) instead of a symbolic call of the whole model (``_build_from_outputs``). A model whose state cannot be built so is refused.
 
@@ -117,14 +121,18 @@ def build_state(step: FitStep, function_type: Any) -> None:
     if uncallable(model):
         return  # a user step on a model without call() (keras.io's VAE): plain Keras builds nothing first either
     optimizer = model.optimizer
+    # Keras' train_step builds the optimizer with every trainable variable, as _symbolic_build does; a user's builds it
+    # with the variables it trains (maybe a subset): its build is learned from its first trace instead (building.py).
+    builds_optimizer = _trains(step) and is_library(getattr(type(model), step.method).__module__)
     needed = (not all(layer.built for layer in model._flatten_layers())
               or _unbuilt(model._compile_metrics) or _unbuilt(model._compile_loss)
-              or (_trains(step) and _unbuilt(optimizer)))
+              or (builds_optimizer and _unbuilt(optimizer)))
     if not needed:
         return
     spec = _element_spec(function_type)
-    # Keras' _symbolic_build builds the optimizer too; plain evaluate does not: it is marked built around the call.
-    hidden = not _trains(step) and _unbuilt(optimizer)
+    # Keras' _symbolic_build builds the optimizer too; plain evaluate does not, nor does a user train_step before
+    # its trace: it is marked built around the call.
+    hidden = not builds_optimizer and _unbuilt(optimizer)
     if hidden:
         optimizer.built = True
     try:
