@@ -2,9 +2,12 @@
 (subclassed layers and model without a working ``get_config()``, a ``LearningRateSchedule`` subclass without one:
 traces/modelstate.py keys their state) and preprocessing layers whose state ``adapt`` made (``TextVectorization``'s
 and ``IntegerLookup``'s vocabulary, a lookup table keyed by content: traces/preprocessing.py; ``Normalization``'s
-mean and variance). Each scenario changes one thing that no config holds between the variants; ``fit`` and
-``predict`` are both run, so both steps' keys are checked. The must-hit checks run the Transformer and the text
-model unchanged, twice."""
+mean and variance), and custom ``train_step`` methods in keras.io's shapes (reading ``self.optimizer``,
+``self.compiled_loss``, compiled metrics, a metric held in a module global; the VAE without ``call()``): their
+optimizer is built in their one trace, as plain Keras does; building.py learns that build, a second process
+builds it first and stores the trace, a third hits (so runs 3 and 4 of a scenario store, and hit nothing). Each scenario changes one thing between the variants; where a model is also predicted, both
+steps' keys are checked. The must-hit checks run the Transformer and the text model unchanged (a custom train_step
+hits from its third process on: its optimizer's build is learned first; tests/test_traces_refused.py checks it)."""
 
 from __future__ import annotations
 
@@ -116,6 +119,100 @@ def text(**changed: str) -> str:
     return fill(fill(PREPROCESSING, TEXT), {"<TEXTS>": "8", "<ORDER>": "a a b"}, **changed)
 
 
+STEPPED = '''
+import numpy as np
+import tensorflow as tf
+import keras
+keras.utils.set_random_seed(0)
+loss_tracker = keras.metrics.<TRACKER>(name="loss")
+
+
+class CustomModel(keras.Model):
+    def __init__(self, *args, beta=1.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.beta = beta
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compiled_loss(y, y_pred) * self.beta
+        gradients = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
+        loss_tracker.update_state(loss)
+        self.compiled_metrics.update_state(y, y_pred)
+        return {"tracked": loss_tracker.result(), **{m.name: m.result() for m in self.metrics}}
+
+
+inputs = keras.Input(shape=(4,))
+model = CustomModel(inputs, keras.layers.Dense(1)(keras.layers.Dense(4, activation="relu")(inputs)), beta=<BETA>)
+model.compile(optimizer=keras.optimizers.Adam(0.01), loss="<LOSS>", metrics=["mae"])
+x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(16, 4)
+history = model.fit(x, np.sum(x, axis=1, keepdims=True), epochs=2, batch_size=8, verbose=0)
+report([value for name in sorted(history.history) for value in history.history[name]]
+       + [float(tf.reduce_sum(v)) for v in model.trainable_variables])
+'''
+STEPPED_PARTS = {"<TRACKER>": "Mean", "<BETA>": "1.0", "<LOSS>": "mse"}
+
+VAE = '''
+import numpy as np
+import tensorflow as tf
+import keras
+keras.utils.set_random_seed(0)
+
+
+class Sampling(keras.layers.Layer):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.seed_generator = keras.random.SeedGenerator(1337)
+
+    def call(self, inputs):
+        z_mean, z_log_var = inputs
+        epsilon = keras.random.normal(shape=tf.shape(z_mean), seed=self.seed_generator)
+        return z_mean + tf.exp(0.5 * z_log_var) * epsilon
+
+
+encoder_inputs = keras.Input(shape=(6,))
+hidden = keras.layers.Dense(4, activation="relu")(encoder_inputs)
+z_mean, z_log_var = keras.layers.Dense(2)(hidden), keras.layers.Dense(2)(hidden)
+encoder = keras.Model(encoder_inputs, [z_mean, z_log_var, Sampling()([z_mean, z_log_var])], name="encoder")
+latent_inputs = keras.Input(shape=(2,))
+decoder = keras.Model(latent_inputs, keras.layers.Dense(6, activation="sigmoid")(latent_inputs), name="decoder")
+
+
+class VAE(keras.Model):
+    def __init__(self, encoder, decoder, **kwargs):
+        super().__init__(**kwargs)
+        self.encoder = encoder
+        self.decoder = decoder
+        self.total_loss_tracker = keras.metrics.Mean(name="total_loss")
+        self.kl_loss_tracker = keras.metrics.Mean(name="kl_loss")
+
+    @property
+    def metrics(self):
+        return [self.total_loss_tracker, self.kl_loss_tracker]
+
+    def train_step(self, data):
+        with tf.GradientTape() as tape:
+            z_mean, z_log_var, z = self.encoder(data)
+            reconstruction = self.decoder(z)
+            reconstruction_loss = tf.reduce_mean(tf.reduce_sum(keras.losses.binary_crossentropy(data, reconstruction)))
+            kl_loss = -0.5 * (1 + z_log_var - tf.square(z_mean) - tf.exp(z_log_var))
+            kl_loss = tf.reduce_mean(tf.reduce_sum(kl_loss, axis=1)) * @V@
+            total_loss = reconstruction_loss + kl_loss
+        grads = tape.gradient(total_loss, self.trainable_weights)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_weights))
+        self.total_loss_tracker.update_state(total_loss)
+        self.kl_loss_tracker.update_state(kl_loss)
+        return {"loss": self.total_loss_tracker.result(), "kl_loss": self.kl_loss_tracker.result()}
+
+
+vae = VAE(encoder, decoder)
+vae.compile(optimizer=keras.optimizers.Adam(0.01))
+history = vae.fit(np.random.default_rng(0).random((16, 6)).astype("float32"), epochs=2, batch_size=8, verbose=0)
+report(history.history["loss"] + history.history["kl_loss"] + [float(tf.reduce_sum(v)) for v in vae.weights])
+'''
+
 SAME = Variant("1.0")
 
 SCENARIOS = [
@@ -134,6 +231,15 @@ SCENARIOS = [
              b=Variant("a b b"), why="the same words in another frequency order: other indices in the lookup table"),
     Scenario("integer_lookup_vocabulary", LIBRARY_STATE, program=fill(PREPROCESSING, INTEGERS), a=Variant("8"),
              b=Variant("3"), why="IntegerLookup's vocabulary from adapt (a lookup table)"),
+    Scenario("custom_step_hyperparameter", UNWALKED, program=fill(STEPPED, STEPPED_PARTS, BETA="@V@"),
+             a=Variant("1.0"), b=Variant("0.5"), why="a hyperparameter a custom train_step reads off self (self.beta)"),
+    Scenario("custom_step_global_tracker", LIBRARY_STATE, program=fill(STEPPED, STEPPED_PARTS, TRACKER="@V@"),
+             a=Variant("Mean"), b=Variant("Sum"),
+             why="the class of a metric a custom train_step updates from a module global (keras.io's shape)"),
+    Scenario("custom_step_compiled_loss", LIBRARY_STATE, program=fill(STEPPED, STEPPED_PARTS, LOSS="@V@"),
+             a=Variant("mse"), b=Variant("mae"), why="the compiled loss a custom train_step calls (self.compiled_loss)"),
+    Scenario("vae_kl_weight", UNWALKED, program=VAE, a=Variant("1.0"), b=Variant("0.5"),
+             why="keras.io's VAE (no call(): its optimizer built in its trace, then first): a constant in train_step"),
     Scenario("normalization_adapt", LIBRARY_STATE, program=fill(PREPROCESSING, NORMALIZATION), a=Variant("1.0"),
              b=Variant("3.0"), why="Normalization's mean and variance from adapt"),
 ]
