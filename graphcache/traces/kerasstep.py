@@ -13,9 +13,11 @@ instead of the function (walk.py's Walk, so user code is hashed the same way):
 - every layer, the model first (``_flatten_layers``, in that order): its class (a user class walked:
   methods' code, the globals and closures they read; a library class by name, Keras' version in the
   ``versions`` part), its ``get_config()`` and build config keyed exactly (repr of plain JSON-like values,
-  else walk.py's plain values; refused when it fails or holds anything else; a layer inside a functional
+  else walk.py's plain values; refused when it fails or holds anything else, but a user class whose config fails
+  is keyed by its state: modelstate.py; a layer inside a functional
   or sequential model is covered by that model's config), ``built`` (an unbuilt layer would create
-  variables inside the trace: refused), ``_called`` (of sublayers: one the trace calls first is changed by
+  variables inside the trace: refused, unless its build is Keras' default: modelstate.builds_nothing), its lookup
+  tables by content (preprocessing.py), ``_called`` (of sublayers: one the trace calls first is changed by
   it, so the walk after the trace differs and it is not stored; InputLayers are never called),
   ``autocast``, ``supports_masking``, its call-argument flags; the eager tensors it holds as attributes
   (``Normalization``'s mean and variance: bindings, by value); the functions it holds (an ``activation``
