@@ -158,14 +158,19 @@ def test_keras_fit_and_evaluate_warm_hits_and_every_change_misses(cache_dir):
     plain, cold = both((None, BASE), (cache_dir, BASE))
     assert not plain["evalonly"]["optimizer_built"] and len(plain["evalonly"]["optimizer"]) == 2
     assert results(cold) == results(plain) and not cold["errors"] and not cold["warnings"], cold["log"]
-    assert cold["traces"]["trace_hits"] == 0 and cold["traces"]["trace_misses"] == STEPS, cold["log"]
-    assert set(cold["reasons"]) <= {"library"}, cold["reasons"]  # tf.data's own functions only
+    # "step"'s own train_step builds its optimizer in its one trace (refused), as plain Keras does: that build is
+    # stored (building.py), beside the other steps' traces.
+    assert cold["traces"]["trace_hits"] == 0 and cold["traces"]["trace_misses"] == STEPS - 1, cold["log"]
+    assert cold["reasons"].get("creates_variables") == 1, cold["reasons"]
+    assert set(cold["reasons"]) <= {"library", "creates_variables"}, cold["reasons"]  # and tf.data's own functions
     assert cold["by_kind"]["entries"] == STEPS
 
     warm, plain_changed = both((cache_dir, BASE), (None, CHANGED))  # verified: every hit traced anyway, compared
     assert not warm["errors"] and not warm["warnings"], warm["log"]
     assert results(warm) == results(plain), "a hit fits and evaluates exactly as plain TensorFlow does"
-    assert warm["traces"]["trace_hits"] == STEPS and sum(VERIFIED in m for m in warm["log"]) == STEPS
+    # "step"'s optimizer built first, as its first trace built it; its trace then stored (a miss).
+    assert warm["traces"]["trace_hits"] == STEPS - 1 and sum(VERIFIED in m for m in warm["log"]) == STEPS - 1
+    assert warm["traces"]["trace_misses"] == STEPS and sum("before its first trace" in m for m in warm["log"]) == 1
 
     # Each variant model's one dependency changed: misses with plain TensorFlow's results, no stale hit.
     changed = child(cache_dir, CHANGED)
@@ -175,9 +180,10 @@ def test_keras_fit_and_evaluate_warm_hits_and_every_change_misses(cache_dir):
         assert changed[name]["history"] != plain[name]["history"], name
     # Evaluate's test step reads the loss, the metrics and the model, not the optimizer of a Keras model class:
     # "lr" and "decay" hit there. (The counters are the cache's, over all three processes.)
+    # "step"'s changed train_step builds its optimizer in its trace again: refused, not a miss.
     misses = 2 * len(VARIANT_MODELS) - 2
-    assert changed["traces"]["trace_misses"] == STEPS + misses, changed["log"]
-    assert changed["traces"]["trace_hits"] == 2 * STEPS - misses
+    assert changed["traces"]["trace_misses"] == STEPS + misses - 1, changed["log"]
+    assert changed["traces"]["trace_hits"] == 2 * STEPS - 1 - misses
 
 
 # -- the step's key, in this process ------------------------------------------------------------------------

@@ -346,6 +346,8 @@ class TraceCache:
             log.info("graphcache: the first trace of %s builds no optimizer alone: %s", name, exc.detail)
             return
         self._pending[_identity(root)] = building.Pending(key, recipe, name, root, seconds)
+        if isinstance(root, kerasfit.FitStep):  # Keras' train function is traced once: no retrace comes to wait for
+            self._flush(root)
 
     def _flush(self, root: Any) -> None:
         """Store the build noted at this function's first trace: its retrace was just cached or hit."""

@@ -28,7 +28,11 @@ Building first (``build_state``): plain Keras creates optimizer (and unbuilt met
 inside the first trace, so TensorFlow traces ``one_step_on_data`` twice; a hit needs them to exist to bind
 them. Before the first trace, graphcache builds that state as Keras' own ``_symbolic_build`` does (the
 path Keras takes under a distribution strategy) from the iterator's element spec; a test step's build leaves
-the optimizer alone, as plain ``evaluate`` does. For a functional or sequential model called on the input shapes
+the optimizer alone, as plain ``evaluate`` does, and so does a user ``train_step``'s, which builds the optimizer
+with the variables it trains (maybe a subset: Keras' build would make every variable's slots): its first trace
+builds it (``creates_variables``), building.py learns that build, stored at once (Keras traces the train function
+once, no retrace comes); a later process builds it first and stores the trace, the next hits. A model without
+``call()`` (keras.io's VAE) gets no build at all (``uncallable``): Keras' would call it. For a functional or sequential model called on the input shapes
 it was built for, the model's output spec is its output tensors (Keras' own shortcut in
 ``Function.compute_output_spec``) instead of a symbolic call of the whole model (``_build_from_outputs``). A model whose state cannot be built so is refused.
 
@@ -48,8 +52,8 @@ from typing import Any
 from tensorflow.python.framework import tensor as tensor_lib
 from tensorflow.python.util import nest
 
-from . import kerasstep
-from .walk import PLAIN_SCALARS, Uncacheable, Walk, is_library
+from . import kerasstep, modelstate
+from .walk import PLAIN_SCALARS, ObjectRule, Uncacheable, Walk, is_library
 
 TRAINER_MODULE = kerasstep.TRAINER_MODULE
 FIT_STEP = "_make_function.<locals>.multi_step_on_iterator"
@@ -114,15 +118,21 @@ def build_state(step: FitStep, function_type: Any) -> None:
     """Create the variables Keras would create inside the first trace (see the module docstring), from the
     element spec of the iterator the step is traced for; raises Uncacheable when that cannot be done."""
     model = step.model
+    if uncallable(model):
+        return  # a user step on a model without call() (keras.io's VAE): plain Keras builds nothing first either
     optimizer = model.optimizer
+    # Keras' train_step builds the optimizer with every trainable variable, as _symbolic_build does; a user's builds it
+    # with the variables it trains (maybe a subset): its build is learned from its first trace instead (building.py).
+    builds_optimizer = _trains(step) and is_library(getattr(type(model), step.method).__module__)
     needed = (not all(layer.built for layer in model._flatten_layers())
               or _unbuilt(model._compile_metrics) or _unbuilt(model._compile_loss)
-              or (_trains(step) and _unbuilt(optimizer)))
+              or (builds_optimizer and _unbuilt(optimizer)))
     if not needed:
         return
     spec = _element_spec(function_type)
-    # Keras' _symbolic_build builds the optimizer too; plain evaluate does not: it is marked built around the call.
-    hidden = not _trains(step) and _unbuilt(optimizer)
+    # Keras' _symbolic_build builds the optimizer too; plain evaluate does not, nor does a user train_step before
+    # its trace: it is marked built around the call.
+    hidden = not builds_optimizer and _unbuilt(optimizer)
     if hidden:
         optimizer.built = True
     try:
@@ -182,15 +192,16 @@ def _element_spec(function_type: Any) -> Any:
 
 
 # -- the key ------------------------------------------------------------------------------------------------
-def walk_step(step: FitStep, reuse_configs: dict[str, Any] | None = None,
-              before: dict[Any, Any] | None = None) -> Walk:
+def walk_step(step: FitStep, reuse_configs: dict[str, Any] | None = None, before: dict[Any, Any] | None = None,
+              rule: ObjectRule | None = None) -> Walk:
     """The walk of a train or test trace (see the module docstring); raises Uncacheable. ``reuse_configs`` and
-    ``before``: as kerasstep.walk_step's."""
+    ``before``: as kerasstep.walk_step's; ``rule``: how Keras objects user code reads from globals are keyed
+    (keying.py passes objects.py's: keras.io's custom train_step updates metrics held in module globals)."""
     model = step.model
     kerasstep.check_model(model)
     if not getattr(model, "compiled", False) or getattr(model, "_compile_config", None) is None:
         raise Uncacheable(REASON, "the model is not compiled")
-    walk = Walk(before=before, reuse_configs=reuse_configs)
+    walk = Walk(rule, before=before, reuse_configs=reuse_configs)
     walk.packages.update({"keras", "tensorflow"})
     walk.value(("keras fit step", step.method, step.function.__qualname__, *kerasstep.keras_settings(model),
                 int(model.unrolled_steps_per_execution), str(getattr(model, "_distribute_reduction_method", None)),
@@ -209,7 +220,9 @@ def walk_step(step: FitStep, reuse_configs: dict[str, Any] | None = None,
     if walks_optimizer:
         for index, variable in enumerate(optimizer.variables):
             known.setdefault(id(variable), f"optimizer variable {index}")
-    kerasstep.walk_model(walk, model, known)  # the user's train_step / test_step is its class's code
+    # the user's train_step / test_step is its class's code; the layers are the walk's objects layer<i> (what a
+    # first trace calls first: a hit, or a build's recipe, redoes it)
+    kerasstep.walk_model(walk, model, known)
     _compile_state(walk, model, known)
     for index, metric in enumerate(metrics):
         _metric(walk, metric, index, known)
@@ -221,8 +234,16 @@ def walk_step(step: FitStep, reuse_configs: dict[str, Any] | None = None,
 
 def after_hit(step: FitStep) -> None:
     """What the step's trace does to Python objects, done again when the trace came from the cache: the step
-    calls the model (``Layer.__call__`` sets ``_called``)."""
-    step.model._called = True
+    calls the model (``Layer.__call__`` sets ``_called``), unless it has no call() to run."""
+    if not uncallable(step.model):
+        step.model._called = True
+
+
+def uncallable(model: Any) -> bool:
+    """Whether ``model`` has no ``call()`` (Keras' Model.call raises): only a user ``train_step`` / ``test_step``
+    can use it, and neither Keras' symbolic build nor a step's trace ever calls it."""
+    keras = _keras()
+    return getattr(type(model), "call", None) is keras.Model.call
 
 
 def _compile_state(walk: Walk, model: Any, known: dict[int, str]) -> None:
@@ -269,9 +290,8 @@ def keras_object(walk: Walk, obj: Any, where: str, known: dict[int, str]) -> Non
     walk.value(cls, f"{where}/class")
     try:
         config = obj.get_config()
-    except Exception as exc:
-        raise Uncacheable(REASON, f"{where} ({cls.__name__}): get_config() fails ({type(exc).__name__}: {exc})") \
-            from None
+    except Exception as exc:  # a user schedule without get_config (the Transformer tutorial's): its state
+        config = _without_config(walk, obj, where, known, exc)
     try:
         walk.value(("config", kerasstep.config_text(config)), where)
     except Uncacheable as exc:
@@ -280,6 +300,16 @@ def keras_object(walk: Walk, obj: Any, where: str, known: dict[int, str]) -> Non
     for owner in cls.__mro__:
         if not is_library(owner.__module__):
             kerasstep.instance_reads(walk, obj, owner, f"{where} ({cls.__name__})", known)
+
+
+def _without_config(walk: Walk, obj: Any, where: str, known: dict[int, str], failure: BaseException) -> Any:
+    """What keras_object keys in place of a config that fails: an optimizer's config without its schedule (keyed
+    apart), a user schedule's state (modelstate.py); else refused."""
+    keras = _keras()
+    label = f"{where} ({type(obj).__name__})"
+    if isinstance(obj, keras.optimizers.Optimizer):
+        return modelstate.optimizer_config(obj, label, failure)
+    return modelstate.state(walk, obj, where, label, kerasstep.state_rule(known), failure)
 
 
 def _metrics(model: Any) -> list[Any]:
@@ -321,6 +351,7 @@ def _metric(walk: Walk, metric: Any, index: int, known: dict[int, str]) -> None:
 
 def _optimizer(walk: Walk, optimizer: Any, known: dict[int, str]) -> None:
     keras = _keras()
+    walk.objects.setdefault("optimizer0", optimizer)  # an unbuilt one a user step builds: building.py learns it
     current = optimizer
     for depth in range(MAX_DEPTH):  # a LossScaleOptimizer wraps another
         where = f"optimizer{depth}"
@@ -348,4 +379,4 @@ def _plain(value: Any) -> Any:
     return text
 
 
-__all__ = ["FitStep", "after_hit", "build_state", "fit_step", "keras_object", "walk_step"]
+__all__ = ["FitStep", "after_hit", "build_state", "fit_step", "keras_object", "uncallable", "walk_step"]

@@ -13,9 +13,11 @@ instead of the function (walk.py's Walk, so user code is hashed the same way):
 - every layer, the model first (``_flatten_layers``, in that order): its class (a user class walked:
   methods' code, the globals and closures they read; a library class by name, Keras' version in the
   ``versions`` part), its ``get_config()`` and build config keyed exactly (repr of plain JSON-like values,
-  else walk.py's plain values; refused when it fails or holds anything else; of Keras' own functional and
-  sequential models, their graph of layer calls instead, topology.py, each layer's config taken on its own),
-  ``built`` (an unbuilt layer would create variables inside the trace: refused), ``_called`` (of sublayers: one the trace calls first is changed by
+  else walk.py's plain values; refused when it fails or holds anything else, but a user class whose config fails
+  is keyed by its state: modelstate.py; of Keras' own functional and sequential models, their graph of layer
+  calls instead, topology.py, each layer's config taken on its own), ``built`` (an unbuilt layer would create
+  variables inside the trace: refused, unless its build is Keras' default: modelstate.builds_nothing), its lookup
+  tables by content (preprocessing.py), ``_called`` (of sublayers: one the trace calls first is changed by
   it, so the walk after the trace differs and it is not stored; InputLayers are never called),
   ``autocast``, ``supports_masking``, its call-argument flags; the eager tensors it holds as attributes
   (``Normalization``'s mean and variance: bindings, by value); the functions it holds (an ``activation``
@@ -50,6 +52,7 @@ from typing import Any
 from tensorflow.python.framework import ops
 from tensorflow.python.ops import resource_variable_ops
 
+from . import modelstate, preprocessing
 from .instance import keyed_state, self_chains, self_reads
 from .topology import graph_config, is_graph_model, operations
 from .walk import Uncacheable, Walk, is_library
@@ -211,10 +214,10 @@ def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], path: str,
     where = f"layer {index} ({layer.name}, {cls.__name__})"
     if cls.__name__ in FOREIGN_LAYERS:
         raise Uncacheable(REASON, f"{where} runs code the key cannot see")
-    if not layer.built:
+    if not layer.built and not modelstate.builds_nothing(layer):
         raise Uncacheable(REASON, f"{where} is not built (it would create its variables inside the trace)")
     walk.value(cls, f"{path}/class")
-    text = _layer_config(walk, layer, path, where)
+    text = _layer_config(walk, layer, path, where, known)
     if is_graph_model(layer):  # its operations that are not layers: their code (their configs are in the text)
         for number, operation in enumerate(operations(layer)):
             walk.value(type(operation), f"{path}/operation{number}/class")
@@ -224,6 +227,7 @@ def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], path: str,
     except Uncacheable as exc:
         raise Uncacheable(REASON, f"{where}: its config is not plain ({exc.detail})") from None
     held(walk, layer, path, where, known)
+    preprocessing.key_tables(walk, layer, path, where)
     if isinstance(layer, keras.layers.Lambda):
         walk.value(layer.function, f"{path}/function")
     for owner in cls.__mro__:
@@ -231,10 +235,11 @@ def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], path: str,
             instance_reads(walk, layer, owner, where, known)
 
 
-def _layer_config(walk: Walk, layer: Any, path: str, where: str) -> Any:
+def _layer_config(walk: Walk, layer: Any, path: str, where: str, known: dict[int, str]) -> Any:
     """The layer's config and build config as config_text (of Keras' functional and sequential models, their graph
     of layer calls: topology.py); in the walk after a miss's trace, a library layer's is the walk before's
-    (trust.LIBRARY_STEPS_KEEP_CONFIGS: configs are most of a walk's time)."""
+    (trust.LIBRARY_STEPS_KEEP_CONFIGS: configs are most of a walk's time). A user class whose get_config() fails
+    is keyed by its state instead (modelstate.py)."""
     reused = walk.reuse_configs
     if reused is not None and path in reused and is_library(type(layer).__module__):
         text = reused[path]
@@ -243,7 +248,7 @@ def _layer_config(walk: Walk, layer: Any, path: str, where: str) -> Any:
             text = config_text(graph_config(layer) if is_graph_model(layer) else
                                (layer.get_config(), layer.get_build_config()))
         except Exception as exc:  # NotImplementedError for subclassed layers without a config, and any other
-            raise Uncacheable(REASON, f"{where}: get_config() fails ({type(exc).__name__}: {exc})") from None
+            text = modelstate.state(walk, layer, path, where, state_rule(known), exc)
     walk.configs[path] = text
     return text
 
@@ -289,7 +294,7 @@ def instance_reads(walk: Walk, layer: Any, owner: type, where: str, known: dict[
             if isinstance(function, types.FunctionType) and not isinstance(attr, staticmethod):
                 names.update(dict.fromkeys(self_reads(function, f"{where}: {owner.__qualname__}.{name}", REASON)))
                 chains.update(dict.fromkeys(self_chains(function)))
-    rule = functools.partial(_keras_state, known)
+    rule = state_rule(known)
     for name in names:
         if name in vars(layer):
             keyed_state(walk, vars(layer)[name], f"{where} self.{name}", 0, rule, REASON)
@@ -318,6 +323,11 @@ def _known_chain(walk: Walk, current: Any, chain: tuple[str, ...], where: str, k
             continue
         keyed_state(walk, current, where, 0, rule, REASON)
         return
+
+
+def state_rule(known: dict[int, str]) -> Callable[[Walk, Any, str, int], bool]:
+    """The rule (instance.keyed_state's) for what a user Keras object holds: the model's objects by label."""
+    return functools.partial(_keras_state, known)
 
 
 def _keras_state(known: dict[int, str], walk: Walk, value: Any, where: str, depth: int) -> bool:
@@ -378,4 +388,4 @@ def _config_repr(value: Any, parts: list[str], depth: int) -> bool:
 
 
 __all__ = ["PredictStep", "after_hit", "bind_variables", "check_model", "config_text", "held", "instance_reads",
-           "keras_settings", "model_objects", "predict_step", "walk_model", "walk_step", "called_before"]
+           "keras_settings", "model_objects", "predict_step", "state_rule", "walk_model", "walk_step", "called_before"]

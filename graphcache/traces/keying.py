@@ -157,7 +157,7 @@ def walk_root(root: Any, before: dict[Any, Any] | None = None, reuse_configs: di
     if isinstance(root, kerasstep.PredictStep):
         return kerasstep.walk_step(root, reuse_configs, before)
     if isinstance(root, kerasfit.FitStep):
-        return kerasfit.walk_step(root, reuse_configs, before)
+        return kerasfit.walk_step(root, reuse_configs, before, objects.RULE)
     walk = Walk(objects.RULE, before)
     if isinstance(root, instance.BoundMethod):
         return instance.walk_method(root, walk)

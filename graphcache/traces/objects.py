@@ -36,7 +36,7 @@ from typing import Any
 from tensorflow.python.module import module as module_lib
 from tensorflow.python.ops import resource_variable_ops
 
-from . import instance, kerasfit, kerasstep
+from . import instance, kerasfit, kerasstep, modelstate
 from .walk import Uncacheable, Walk
 
 REASON = "keras"
@@ -100,7 +100,7 @@ def _layer(walk: Walk, layer: Any, path: str) -> None:
         raise Uncacheable(REASON, f"{path}: a Keras distribution or strategy is set")
     layers = layer._flatten_layers(include_self=True, recursive=True)
     for inner in layers:
-        if not inner.built:
+        if not inner.built and not modelstate.builds_nothing(inner):
             raise Uncacheable("creates_variables", f"{path}: layer {inner.name} is not built (it makes its variables "
                                                    "inside this trace; TensorFlow's retrace after it is cached)")
         if inner._losses:  # a trace would add its own (add_loss, activity regularizers), which a hit cannot

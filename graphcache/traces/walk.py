@@ -473,11 +473,22 @@ class Walk:
                 1, value.shape.num_elements() or 0) > MAX_VALUE_BYTES:
             raise Uncacheable("value", f"{_where(path)} is an eager tensor of {value.dtype.name} {value.shape}")
         data = value.numpy()
+        if value.dtype == dtypes.string:  # a scalar's numpy() is bytes, not an array: keyed as an object array
+            data = np.asarray(data, dtype=object)
         digest = xxhash.xxh3_128_hexdigest(np.ascontiguousarray(data).tobytes()) if data.dtype != object else \
             xxhash.xxh3_128_hexdigest(repr(data.tolist()).encode())
         self.bindings[path] = value
         self._emit("eager tensor", value.dtype.name, repr(value.shape), value.device, digest)
         self.guard(path, f"tensor {value.dtype.name} {value.shape} {digest[:12]}")
+
+    def resource(self, handle: Any, path: str, *parts: Any) -> None:
+        """A resource handle a trace may capture (a lookup table's), keyed by ``parts`` (its content, as the caller
+        reads it: preprocessing.py) and bound by ``path`` on a hit."""
+        if not self.once(handle, path):
+            return
+        self.bindings[path] = handle
+        self._emit("resource", *parts)
+        self.guard(path, " ".join(str(part) for part in parts))
 
     def _tf_function(self, function: Any, path: str) -> None:
         """A tf.function the code calls: its options, and its Python function walked as user code."""
