@@ -110,14 +110,16 @@ def _delta(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
     return delta
 
 
-def _misses(records: list[dict[str, Any]]) -> dict[str, list[str]]:
-    """The run's recorded misses by reason (``miss``: looked up, not found), each with the functions' names."""
-    by_reason: dict[str, set[str]] = defaultdict(set)
-    for record in records:
+def _misses(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The run's recorded misses by reason (``miss``: looked up, not found): the functions' names, and the
+    detail of each (the first one recorded per name: why it was refused)."""
+    by_reason: dict[str, dict[str, str]] = defaultdict(dict)
+    for record in reversed(records):  # newest first: the first recorded detail wins
         found = _REASON.search(record.get("detail") or "")
         name = str(record.get("name", "?")).removeprefix("tf.function ")
-        by_reason[found.group(1) if found else "miss"].add(name)
-    return {reason: sorted(names) for reason, names in sorted(by_reason.items())}
+        detail = (record.get("detail") or "").split("): ", 1)[-1] if found else ""
+        by_reason[found.group(1) if found else "miss"].setdefault(name, detail)
+    return {reason: dict(sorted(names.items())) for reason, names in sorted(by_reason.items())}
 
 
 def run_program(name: str, plain_twice: bool = False, log: Any = print) -> dict[str, Any]:
@@ -182,7 +184,8 @@ def coverage_lines(results: list[dict[str, Any]]) -> list[str]:
         lines.append(f"{r['program']}: {r['pattern']}")
         lines.append(f"    own steps: {'hit' if r['own_hit'] else 'NOT all hit'}; "
                      f"library (TensorFlow's/Keras' own functions, not keyed): {len(warm.get('library', []))}")
-        lines += [f"    {reason}: {', '.join(names)}" for reason, names in own.items()]
+        for reason, names in own.items():
+            lines += [f"    {reason}: {name}" + (f": {detail}" if detail else "") for name, detail in names.items()]
     return lines
 
 

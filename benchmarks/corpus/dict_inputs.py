@@ -9,8 +9,8 @@ dicts keyed by the layers' names. Data: synthetic tickets, fixed seed.
 
 import json
 
-import numpy as np
 import keras
+import numpy as np
 from keras import layers
 
 keras.utils.set_random_seed(0)

@@ -9,8 +9,8 @@ writes them (sublayers made in ``__init__``, no ``get_config``), used in a funct
 
 import json
 
-import numpy as np
 import keras
+import numpy as np
 from keras import layers, ops
 
 keras.utils.set_random_seed(0)

@@ -10,9 +10,9 @@ Data: synthetic 8x8 images in [0, 1], fixed seed.
 
 import json
 
+import keras
 import numpy as np
 import tensorflow as tf
-import keras
 from keras import layers, ops
 
 keras.utils.set_random_seed(0)
