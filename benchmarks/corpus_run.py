@@ -52,7 +52,7 @@ RUN_TIMEOUT = 600.0
 RUNS = ("cold", "warm", "third")
 _REASON = re.compile(r"not cacheable \(([\w.-]+)\)")
 COUNTERS = ("trace_hits", "trace_misses", "trace_uncacheable", "function_hits", "function_compiles",
-            "function_uncacheable")
+            "function_uncacheable", "errors")
 
 
 def programs() -> list[str]:
@@ -152,6 +152,7 @@ def run_program(name: str, plain_twice: bool = False, log: Any = print) -> dict[
     warm = out["runs"]["warm"]
     out["equal"] = equal
     out["own_hit"] = bool(warm["trace_hits"] and not warm["trace_misses"])
+    out["errors"] = sum(out["runs"][run]["errors"] for run in RUNS)  # graphcache failures, failed open
     out["entry_growth"] = out["runs"]["third"]["entries"] - warm["entries"]
     log(f"{name}: plain {out['seconds']['plain']:.1f} s, warm traces {warm['trace_hits']} hit "
         f"{warm['trace_misses']} miss, refused {warm['trace_reasons']}, equal {equal}")
@@ -164,13 +165,14 @@ def _reasons(counts: dict[str, int]) -> str:
 
 def numbers_rows(results: list[dict[str, Any]]) -> list[list[str]]:
     rows = [["program", "plain s", "cold s", "warm s", "trace hit/miss", "fn hit/compile", "trace refused",
-             "fn refused", "entries warm/3rd", "equal", "own hit"]]
+             "fn refused", "errors", "entries warm/3rd", "equal", "own hit"]]
     for r in results:
         warm, sec = r["runs"]["warm"], r["seconds"]
         rows.append([r["program"], f"{sec['plain']:.1f}", f"{sec['cold']:.1f}", f"{sec['warm']:.1f}",
                      f"{warm['trace_hits']}/{warm['trace_misses']}",
                      f"{warm['function_hits']}/{warm['function_compiles']}", _reasons(warm["trace_reasons"]),
-                     _reasons(warm["function_reasons"]), f"{warm['entries']}/{r['runs']['third']['entries']}",
+                     _reasons(warm["function_reasons"]), str(sum(r["runs"][run]["errors"] for run in RUNS)),
+                     f"{warm['entries']}/{r['runs']['third']['entries']}",
                      "yes" if r["equal"] else "NO", "yes" if r["own_hit"] else "no"])
     return rows
 

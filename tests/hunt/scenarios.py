@@ -9,6 +9,7 @@ them ``xfail(strict=True)``, so a key that fixes one makes its test fail until t
 from __future__ import annotations
 
 from . import (
+    sc_arguments,
     sc_config,
     sc_files,
     sc_library_state,
@@ -22,10 +23,10 @@ from . import (
 from .model import Scenario
 
 HUNT: dict[str, Scenario] = {s.name: s for module in (sc_user_library, sc_library_state, sc_files, sc_config,
-                                                      sc_paths, sc_process, sc_structure, sc_loops)
+                                                      sc_paths, sc_process, sc_structure, sc_loops, sc_arguments)
                             for s in module.SCENARIOS}
 MUST_HIT: dict[str, Scenario] = {s.name: s for s in [*sc_must_hit.SCENARIOS, *sc_structure.MUST_HIT_SCENARIOS,
-                                                     *sc_loops.MUST_HIT_LOOPS]}
+                                                     *sc_loops.MUST_HIT_LOOPS, *sc_arguments.MUST_HIT_ARGUMENTS]}
 ALL: dict[str, Scenario] = {**HUNT, **MUST_HIT}
 
 # The default run's share of the hunt: one or two cheap scenarios a class (no Keras: ~3 s a process), one
