@@ -117,7 +117,7 @@ def _misses(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for record in reversed(records):  # newest first: the first recorded detail wins
         found = _REASON.search(record.get("detail") or "")
         name = str(record.get("name", "?")).removeprefix("tf.function ")
-        detail = (record.get("detail") or "").split("): ", 1)[-1] if found else ""
+        detail = " ".join((record.get("detail") or "").split("): ", 1)[-1].split()) if found else ""  # one line
         by_reason[found.group(1) if found else "miss"].setdefault(name, detail)
     return {reason: dict(sorted(names.items())) for reason, names in sorted(by_reason.items())}
 
@@ -164,12 +164,13 @@ def _reasons(counts: dict[str, int]) -> str:
 
 
 def numbers_rows(results: list[dict[str, Any]]) -> list[list[str]]:
-    rows = [["program", "plain s", "cold s", "warm s", "trace hit/miss", "fn hit/compile", "trace refused",
+    rows = [["program", "plain s", "cold s", "warm s", "trace hit/miss", "3rd hit/miss", "fn hit/compile", "trace refused",
              "fn refused", "errors", "entries warm/3rd", "equal", "own hit"]]
     for r in results:
         warm, sec = r["runs"]["warm"], r["seconds"]
         rows.append([r["program"], f"{sec['plain']:.1f}", f"{sec['cold']:.1f}", f"{sec['warm']:.1f}",
                      f"{warm['trace_hits']}/{warm['trace_misses']}",
+                     f"{r['runs']['third']['trace_hits']}/{r['runs']['third']['trace_misses']}",
                      f"{warm['function_hits']}/{warm['function_compiles']}", _reasons(warm["trace_reasons"]),
                      _reasons(warm["function_reasons"]), str(sum(r["runs"][run]["errors"] for run in RUNS)),
                      f"{warm['entries']}/{r['runs']['third']['entries']}",
@@ -191,6 +192,36 @@ def coverage_lines(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+DETAIL = 110  # characters of a refusal's detail in the Markdown table
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= DETAIL else text[:DETAIL].rsplit(" ", 1)[0] + " ..."
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("`", "'")
+
+
+def coverage_markdown(results: list[dict[str, Any]]) -> list[str]:
+    """The coverage table docs/tf2-traces.md quotes: per program, its pattern, what hit in the warm run, and
+    each function refused (other than TensorFlow's and Keras' own) with its reason and why."""
+    lines = ["| program | pattern | warm: traces hit / missed | refused in the warm run (reason: function: why) |",
+             "|---|---|---|---|"]
+    for r in results:
+        warm = r["runs"]["warm"]
+        refused = [f"`{reason}`: {_md(name)}" + (f": {_md(_short(detail))}" if detail else "")
+                   for reason, names in warm["misses"].items() if reason not in ("library", "miss")
+                   for name, detail in names.items()]
+        refused += [f"missed: {_md(name)}" for name in warm["misses"].get("miss", {})]
+        library = len(warm["misses"].get("library", {}))
+        if library:
+            refused.append(f"`library` ({library}: {_md(', '.join(warm['misses']['library']))})")
+        lines.append(f"| {r['program']} | {_md(r['pattern'])} | {warm['trace_hits']} / {warm['trace_misses']} | "
+                     f"{'; '.join(refused) or '-'} |")
+    return lines
+
+
 def report(results: list[dict[str, Any]], failed: dict[str, str], wall: float) -> str:
     own = sum(r["own_hit"] for r in results)
     equal = sum(r["equal"] for r in results)
@@ -199,7 +230,8 @@ def report(results: list[dict[str, Any]], failed: dict[str, str], wall: float) -
              f"{len(results)} programs: own steps hit in {own}, results equal to plain in {equal}, entries grew "
              f"in the third run in {len(grown)}{' (' + ', '.join(grown) + ')' if grown else ''}; "
              f"the whole run {wall / 60:.1f} min.", "", "Warm run, per program (misses and refusals by reason):",
-             *coverage_lines(results)]
+             *coverage_lines(results), "", "Coverage (Markdown: docs/tf2-traces.md quotes it):", "",
+             *coverage_markdown(results)]
     parts += [f"FAILED {name}: {error}" for name, error in failed.items()]
     return "\n".join(parts)
 
