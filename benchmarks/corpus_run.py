@@ -18,7 +18,8 @@ not cacheable (REASON)``, ``function_uncacheable_reasons``) with the functions' 
 after third. "Equal" means the RESULT line of every graphcache run is the same JSON as plain's: the programs
 print losses and predictions as exact floats (``float()`` / ``tolist()`` of float32: no rounding), so equal is
 bitwise; TensorFlow's CPU kernels are deterministic for these small programs (two plain runs agree; the
-runner's ``--plain-twice`` checks that too).
+runner's ``--plain-twice`` checks that too). A program whose plain runs themselves differ declares it in its
+docstring (``Equal: within RTOL (why)``) and is compared within that relative tolerance (the table says ``~``).
 
 "Own steps hit" (``own hit``): in the warm run trace hits > 0 and no trace misses (nothing looked up and not
 found). Refusals are listed beside it by reason, with the functions' names: ``library`` is TensorFlow's and
@@ -62,12 +63,29 @@ def programs() -> list[str]:
 def describe(name: str) -> dict[str, str]:
     """The program's docstring: its ``Shape:`` (the tutorial it imitates) and ``Pattern:`` lines."""
     doc = ast.get_docstring(ast.parse((CORPUS_DIR / f"{name}.py").read_text())) or ""
-    fields = {"shape": "", "pattern": ""}
+    fields = {"shape": "", "pattern": "", "equal": ""}
     for line in doc.splitlines():
         for field in fields:
             if line.startswith(f"{field.title()}: ") and not fields[field]:
                 fields[field] = line.split(": ", 1)[1].rstrip(".")
     return fields
+
+
+def tolerance(described: dict[str, str]) -> float:
+    """The relative tolerance a program's ``Equal: within RTOL (why)`` line declares; 0.0: bitwise."""
+    words = described.get("equal", "").split()
+    return float(words[1]) if len(words) > 1 and words[0] == "within" else 0.0
+
+
+def same(a: Any, b: Any, rtol: float) -> bool:
+    """JSON results equal: exactly, or floats within ``rtol`` relative (lists and dicts item by item)."""
+    if rtol and isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= rtol * max(abs(a), abs(b))
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y, rtol) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k], rtol) for k in a)
+    return a == b
 
 
 def _result(stdout: str) -> Any:
@@ -135,7 +153,7 @@ def run_program(name: str, plain_twice: bool = False, log: Any = print) -> dict[
     if plain_twice:
         again, _ = _run([sys.executable, prog], plain_env, f"{name} plain again")
         out["plain_deterministic"] = again == plain
-    equal = True
+    rtol, equal = tolerance(out), True
     with tempfile.TemporaryDirectory(prefix=f"corpus-{name}-") as tmp:
         cache_dir = Path(tmp) / "cache"
         cache_dir.mkdir()
@@ -145,9 +163,9 @@ def run_program(name: str, plain_twice: bool = False, log: Any = print) -> dict[
             argv = [sys.executable, "-m", "graphcache", "run", "--cache-dir", str(cache_dir), prog]
             result, out["seconds"][run] = _run(argv, traced_env, f"{name} {run}")
             after = _counters(_cli(cache_dir, "stats", "--json"))
-            out["runs"][run] = {**_delta(after, before), "equal": result == plain,
+            out["runs"][run] = {**_delta(after, before), "equal": same(result, plain, rtol),
                                 "misses": _misses(_cli(cache_dir, "misses", "--json", "--limit", "1000"))}
-            equal = equal and result == plain
+            equal = equal and out["runs"][run]["equal"]
             before = after
     warm = out["runs"]["warm"]
     out["equal"] = equal
@@ -174,7 +192,7 @@ def numbers_rows(results: list[dict[str, Any]]) -> list[list[str]]:
                      f"{warm['function_hits']}/{warm['function_compiles']}", _reasons(warm["trace_reasons"]),
                      _reasons(warm["function_reasons"]), str(sum(r["runs"][run]["errors"] for run in RUNS)),
                      f"{warm['entries']}/{r['runs']['third']['entries']}",
-                     "yes" if r["equal"] else "NO", "yes" if r["own_hit"] else "no"])
+                     ("~" if tolerance(r) else "") + ("yes" if r["equal"] else "NO"), "yes" if r["own_hit"] else "no"])
     return rows
 
 

@@ -2,6 +2,9 @@
 
 Pattern: keras.Model subclass with a custom train_step (no call()), trackers, fit.
 
+Equal: within 1e-6 (plain TensorFlow itself is not bitwise reproducible here: six plain runs at once on two
+busy cores gave three different last bits of the second epoch's total loss; op determinism does not change it).
+
 ``VAE(keras.Model)`` holds an encoder and a decoder (functional models, a ``Sampling`` layer drawing with a
 ``SeedGenerator``), three ``keras.metrics.Mean`` trackers, and overrides ``train_step`` (a GradientTape, the
 reconstruction + KL loss, ``self.optimizer.apply_gradients``), as keras.io does for the TensorFlow backend.
