@@ -146,14 +146,16 @@ def run_program(name: str, plain_twice: bool = False, log: Any = print) -> dict[
     plain_env = common.child_env({"TF_CPP_MIN_LOG_LEVEL": "3"}, drop_prefixes=("GRAPHCACHE_",))
     traced_env = common.child_env({"TF_CPP_MIN_LOG_LEVEL": "3", "GRAPHCACHE_TRACES": "1"},
                                   drop_prefixes=("GRAPHCACHE_",))
-    out: dict[str, Any] = {"program": name, **describe(name), "seconds": {}, "runs": {}}
+    described = describe(name)
+    out: dict[str, Any] = {"program": name, "shape": described["shape"], "pattern": described["pattern"],
+                           "rtol": tolerance(described), "seconds": {}, "runs": {}}
     plain, out["seconds"]["plain"] = _run([sys.executable, prog], plain_env, f"{name} plain")
     if plain is None:
         raise common.ChildError(f"{name} printed no RESULT line")
     if plain_twice:
         again, _ = _run([sys.executable, prog], plain_env, f"{name} plain again")
         out["plain_deterministic"] = again == plain
-    rtol, equal = tolerance(out), True
+    rtol, equal = out["rtol"], True
     with tempfile.TemporaryDirectory(prefix=f"corpus-{name}-") as tmp:
         cache_dir = Path(tmp) / "cache"
         cache_dir.mkdir()
@@ -192,7 +194,7 @@ def numbers_rows(results: list[dict[str, Any]]) -> list[list[str]]:
                      f"{warm['function_hits']}/{warm['function_compiles']}", _reasons(warm["trace_reasons"]),
                      _reasons(warm["function_reasons"]), str(sum(r["runs"][run]["errors"] for run in RUNS)),
                      f"{warm['entries']}/{r['runs']['third']['entries']}",
-                     ("~" if tolerance(r) else "") + ("yes" if r["equal"] else "NO"), "yes" if r["own_hit"] else "no"])
+                     ("~" if r["rtol"] else "") + ("yes" if r["equal"] else "NO"), "yes" if r["own_hit"] else "no"])
     return rows
 
 
