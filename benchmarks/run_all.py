@@ -27,7 +27,10 @@ Sections (each a module of benchmarks/, each figure a median of several runs, co
     processes under ``graphcache.install()`` vs plain TensorFlow, exec to first result (tf2_whole_process.py,
     as a script);
 14. ``session_memory``: the memory growth (resident set and peak) of a session running four fetch
-    signatures of ResNet50, plain vs graphcache (session_memory.py, as a script; full run only).
+    signatures of ResNet50, plain vs graphcache (session_memory.py, as a script; full run only);
+15. ``corpus``: the tutorial corpus (benchmarks/corpus/), each program plain, then cold, warm and a third time
+    under ``graphcache run`` with traces on: trace and function hits, refusals by reason, entry growth,
+    results equal to plain (corpus_run.py, as a script; --quick: two programs).
 
 - default (``make bench``, ~45 min on 2 cores): ResNet50, MobileNetV2, InceptionV3, EfficientNetB0,
   DenseNet121 (5 fresh processes per variant) and BERT-base (3), with the step-by-step ``parts``,
@@ -36,7 +39,7 @@ Sections (each a module of benchmarks/, each figure a median of several runs, co
   on ResNet50 (3 rounds); xla_bench's default run; accelerate_train's default
   run (600 steps); saved_model_bench (5 rounds); functions_bench's default run (3 runs of every
   workload); trace_bench's default run (3 runs of every variant); tf2_whole_process's default run (1 warm-up + 5
-  rounds of every workload); session_memory on ResNet50 (3 runs); whole_process on MobileNetV2, EfficientNetB0 and
+  rounds of every workload); session_memory on ResNet50 (3 runs); the whole corpus (corpus_run.py); whole_process on MobileNetV2, EfficientNetB0 and
   DenseNet121 (1 warm-up + 5 runs per command).
   Writes ``benchmarks/results/RESULTS.md``, the raw ``benchmarks/results/RESULTS.json`` and the plots
   ``cold_warm.png``, ``zstd.png`` and ``concurrency.png`` beside them.
@@ -73,12 +76,12 @@ import tf1_train
 import whole_process
 
 SECTIONS = ("cold_warm", "whole_process", "import_time", "other_models", "tf1", "tf1_cached", "zstd", "xla", "stores", "concurrency", "store_scale", "accelerate", "saved_model",
-            "functions", "traces", "fleet", "tf2_whole_process", "session_memory")
+            "functions", "traces", "fleet", "tf2_whole_process", "session_memory", "corpus")
 FINGERPRINT_GOAL_MB_S = 1000.0
 STORE_SCALE_GOALS = {"stats_json_seconds": 2.0, "ls_json_seconds": 2.0, "put_ratio": 1.5}
 SCRIPT_TIMEOUT = 1800.0
 XLA_TIMEOUT = 900.0  # past this, the report says to run xla_bench.py separately
-OWN_RESULTS = frozenset({"trace_bench.py", "tf2_whole_process.py"})  # scripts whose --out defaults to results/
+OWN_RESULTS = frozenset({"trace_bench.py", "tf2_whole_process.py", "corpus_run.py"})  # scripts whose --out defaults to results/
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,7 @@ class Plan:
     functions_args: tuple[str, ...] = ()  # the default run: every workload, 3 runs
     tf2_whole_process_args: tuple[str, ...] = ()  # the default run: every workload, 1 warm-up + 5 rounds
     traces_args: tuple[str, ...] = ()  # trace_bench.py's default run: 3 runs of every variant
+    corpus_args: tuple[str, ...] = ()  # corpus_run.py's default run: every program of benchmarks/corpus/
     fleet_args: tuple[str, ...] | None = ()  # fleet_bench.py's default run (4 hosts, a small CNN); None: not run
     other_models: tuple[str, ...] = common.OTHER_MODELS  # (): not run
     other_runs: int = 3
@@ -121,6 +125,7 @@ QUICK = Plan(models=("resnet50",), runs=3, bert_runs=3, parts=False, tf1_runs=3,
              store_repeats=3, concurrency_model="mobilenetv2", concurrency_procs=8, concurrency_rounds=1, xla_args=None,
              store_scale_args=("--puts", "20"), accelerate_args=("--steps", "60"), saved_model_args=None,
              functions_args=("--workloads", "deep8k", "--runs", "1"), traces_args=("--runs", "1"), fleet_args=None,
+             corpus_args=("--programs", "quickstart_beginner,mixed_precision"),
              tf2_whole_process_args=("--workloads", "saved_model", "--runs", "2", "--warmup", "0"),
              session_memory_args=None,
              other_models=(), whole_process_models=("mobilenetv2",), whole_process_runs=3, whole_process_warmup=0,
@@ -202,6 +207,7 @@ def run_sections(plan: Plan, log: Callable[[str], None] = _log) -> dict[str, Any
         "fleet": lambda: run_script("fleet_bench.py", plan.fleet_args or ()),
         "tf2_whole_process": lambda: run_script("tf2_whole_process.py", plan.tf2_whole_process_args),
         "session_memory": lambda: run_script("session_memory.py", plan.session_memory_args or ()),
+        "corpus": lambda: run_script("corpus_run.py", plan.corpus_args),
     }
     not_planned = {"xla": plan.xla_args, "saved_model": plan.saved_model_args,
                    "session_memory": plan.session_memory_args, "fleet": plan.fleet_args, "other_models": plan.other_models or None,
@@ -743,7 +749,8 @@ def _markdown_scripts(report: dict[str, Any]) -> list[str]:
                                 ("traces", "TF2 traces served from the cache", "trace_bench.py"),
                                 ("fleet", "A fleet: N hosts through Redis, S3, or nothing shared", "fleet_bench.py"),
                                 ("tf2_whole_process", "TF2 whole processes under install()", "tf2_whole_process.py"),
-                                ("session_memory", "Session memory, several fetch signatures", "session_memory.py")):
+                                ("session_memory", "Session memory, several fetch signatures", "session_memory.py"),
+                                ("corpus", "The tutorial corpus under graphcache run, traces on", "corpus_run.py")):
         data = report["sections"].get(name)
         if not data:
             continue

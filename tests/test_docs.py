@@ -240,14 +240,15 @@ def test_every_setting_and_command_is_documented() -> None:
     assert not undocumented, f"docs/cli.md's command table lacks {undocumented}"
 
 
-_QUOTE = re.compile(r"<!-- quoted from benchmarks/results/RESULTS.md -->\n(.*?)\n\n", re.S)
+_QUOTE = re.compile(r"<!-- quoted from (benchmarks/results/[\w.-]+) -->\n(.*?)\n\n", re.S)
 
 
 def test_quoted_tables_are_results_md_words() -> None:
-    """A table a page marks as quoted is RESULTS.md's, line for line: a new `make bench` run means new quotes."""
-    results = set(RESULTS.read_text().splitlines())
+    """A table a page marks as quoted is its results file's (RESULTS.md, corpus.txt, ...), line for line: a new
+    `make bench` run means new quotes."""
     stale = []
     for path in PAGES:
-        for quote in _QUOTE.findall(path.read_text()):
+        for source, quote in _QUOTE.findall(path.read_text()):
+            results = set((ROOT / source).read_text().splitlines())
             stale += [f"{page_id(path)}: {line}" for line in quote.splitlines() if line not in results]
-    assert not stale, "quoted lines RESULTS.md no longer has (copy the new ones):\n" + "\n".join(stale)
+    assert not stale, "quoted lines their results file no longer has (copy the new ones):\n" + "\n".join(stale)

@@ -157,6 +157,7 @@ class TraceCache:
                 name = f"{name} ({type(root.instance).__qualname__})"
             if isinstance(root, kerasfit.FitStep):  # its variables must exist before the key binds them
                 kerasfit.build_state(root, function_type)
+            root = keying.with_arguments(root, function_type)
             function_context_now = keying.check_context(tracing_options.scope_type)
 
             def compute() -> keying.TraceKey:
@@ -440,6 +441,8 @@ class TraceCache:
 
 def _identity(root: Any) -> Any:
     """What a function's first trace and its retrace share: the user's function (a method: with its object)."""
+    if isinstance(root, keying.Arguments):
+        return _identity(root.root), tuple(id(obj) for _, obj in root.objects)
     if isinstance(root, instance.BoundMethod):
         return id(root.instance), id(root.function)
     return id(root)

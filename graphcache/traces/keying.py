@@ -25,6 +25,12 @@
 Refused here (``walk.Uncacheable``): traces inside another graph (a nested tf.function is part of its
 caller's trace), under a distribution strategy or a SavedModel export, with graph transforms or
 concrete-function callbacks registered, and arguments whose TraceType cannot be serialized.
+
+An object argument (``train(model, dataset)`` with a tf.Module or a Keras model) has a TraceType TensorFlow
+cannot serialize: a weak reference to the object, equal only to itself. Such a function is keyed as
+``Arguments``: the object walked by objects.py's rules, as a global holding it would be (its class and state,
+its variables bound by path), at ``arg:<name>``, in the ``code`` part; its TraceType in ``signature`` as a
+placeholder. An object those rules do not claim (an instance of a plain class) is refused by the walk.
 """
 
 from __future__ import annotations
@@ -33,10 +39,12 @@ import json
 import logging
 import os
 import sys
+import types
 from dataclasses import dataclass, field
 from typing import Any
 
 from tensorflow.core.function.polymorphism import function_type as function_type_lib
+from tensorflow.core.function.trace_type import default_types
 from tensorflow.python.eager import context
 from tensorflow.python.eager.polymorphic_function import function_context, transform
 from tensorflow.python.framework import ops
@@ -50,6 +58,29 @@ from .walk import GUARD_TEXT, Uncacheable, Walk
 log = logging.getLogger("graphcache")
 
 PART_ORDER = ("code", "signature", "options", "context", "settings", "versions", "identity")
+
+
+OBJECT_ARGUMENT = default_types.Literal("graphcache: an object argument, keyed in the code part as arg:<name>")
+
+
+@dataclass(frozen=True)
+class Arguments:
+    """A user function or method traced with objects among its top-level arguments (TraceType ``Weakref``)."""
+
+    root: Any
+    objects: tuple[tuple[str, Any], ...]  # (parameter name, the object), in the parameters' order
+
+
+def with_arguments(root: Any, function_type: Any) -> Any:
+    """``root`` as ``Arguments`` when the trace's arguments hold objects by weak reference, else ``root``."""
+    if not isinstance(root, (types.FunctionType, instance.BoundMethod)):
+        return root  # Keras' steps take tensors and structures only
+    found = []
+    for name, parameter in function_type.parameters.items():
+        constraint = parameter.type_constraint
+        if isinstance(constraint, default_types.Weakref) and constraint.placeholder_value(None) is not None:
+            found.append((name, constraint.placeholder_value(None)))
+    return Arguments(root, tuple(found)) if found else root
 
 
 @dataclass
@@ -88,13 +119,15 @@ def check_context(scope_type: Any) -> Any:
     return function_context_now
 
 
-def signature_part(function_type: Any, tracing_options: Any) -> tuple[str, Walk]:
+def signature_part(function_type: Any, tracing_options: Any, keyed: frozenset[str] = frozenset()) -> tuple[str, Walk]:
     """The hash of the traced and declared FunctionTypes in their canonical form (structure.py: the same in every
     process, dict key orders and structure classes included) and the defaults; with the walk that keyed the
     structures' classes and the defaults."""
     # The parameters only: a retrace with reduce_retracing carries the previous trace's captures (keyed by
     # id, which has no serialization); what this trace captures is the walk's (the code part).
-    parameters = function_type_lib.FunctionType(function_type.parameters.values())
+    parameters = function_type_lib.FunctionType(
+        [function_type_lib.Parameter(p.name, p.kind, p.optional, OBJECT_ARGUMENT) if p.name in keyed else p
+         for p in function_type.parameters.values()])
     declared = tracing_options.polymorphic_type
     try:
         protos = parameters.to_proto(), declared.to_proto()
@@ -158,6 +191,11 @@ def walk_root(root: Any, before: dict[Any, Any] | None = None, reuse_configs: di
         return kerasstep.walk_step(root, reuse_configs, before)
     if isinstance(root, kerasfit.FitStep):
         return kerasfit.walk_step(root, reuse_configs, before, objects.RULE)
+    if isinstance(root, Arguments):
+        walk = walk_root(root.root, before, reuse_configs)
+        for name, obj in root.objects:
+            walk.value(obj, f"arg:{name}")
+        return walk
     walk = Walk(objects.RULE, before)
     if isinstance(root, instance.BoundMethod):
         return instance.walk_method(root, walk)
@@ -170,7 +208,8 @@ def compute(root: Any, function_type: Any, tracing_options: Any, function_contex
     """The key of tracing ``root`` (the user's Python function or a Keras predict step) for ``function_type``;
     raises Uncacheable."""
     walk = walk_root(root)
-    signature, structures = signature_part(function_type, tracing_options)
+    keyed = frozenset(name for name, _ in root.objects) if isinstance(root, Arguments) else frozenset()
+    signature, structures = signature_part(function_type, tracing_options, keyed)
     walk.packages |= structures.packages  # the trusted packages of the arguments' classes, in ``versions``
     walk.hash_order = walk.hash_order or structures.hash_order
     settings = settings_values(walk)

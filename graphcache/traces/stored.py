@@ -50,6 +50,7 @@ from tensorflow.python.data.ops import optional_ops
 from tensorflow.python.eager import context
 from tensorflow.python.eager.polymorphic_function import concrete_function as concrete_function_lib
 from tensorflow.python.framework import dtypes, op_def_registry, ops
+from tensorflow.python.framework import func_graph as func_graph_module
 from tensorflow.python.framework import tensor as tensor_lib
 from tensorflow.python.ops import resource_variable_ops
 from tensorflow.python.saved_model import function_deserialization, nested_structure_coder
@@ -151,7 +152,8 @@ def describe(concrete: Any, bindings: dict[str, Any]) -> Described:
     captures = capture_paths(concrete, bindings)
     outputs = nest.map_structure(_output_spec, concrete.structured_outputs)
     try:
-        inputs = nested_structure_coder.encode_structure(concrete.structured_input_signature)
+        inputs = nested_structure_coder.encode_structure(
+            nest.map_structure(_unknown_encoded, concrete.structured_input_signature))
         encoded_outputs = nested_structure_coder.encode_structure(outputs)
     except nested_structure_coder.NotEncodableError as exc:
         raise Uncacheable("structure", f"its signature cannot be stored ({exc})") from None
@@ -267,8 +269,22 @@ def bind(trace: StoredTrace, bindings: dict[str, Any]) -> list[Any] | None:
     return bound
 
 
+# An object argument (keying.Arguments) is an UnknownArgument in a trace's input signature, which the coder cannot
+# encode: stored as this marker, restored as an UnknownArgument (the signature TensorFlow's own trace shows).
+UNKNOWN_ARGUMENT = "graphcache:UnknownArgument"
+
+
+def _unknown_encoded(value: Any) -> Any:
+    return UNKNOWN_ARGUMENT if isinstance(value, func_graph_module.UnknownArgument) else value
+
+
+def _unknown_decoded(value: Any) -> Any:
+    return func_graph_module.UnknownArgument() if isinstance(value, str) and value == UNKNOWN_ARGUMENT else value
+
+
 def _decoded(data: bytes) -> Any:
-    return nested_structure_coder.decode_proto(struct_pb2.StructuredValue.FromString(data))
+    return nest.map_structure(_unknown_decoded,
+                              nested_structure_coder.decode_proto(struct_pb2.StructuredValue.FromString(data)))
 
 
 def restore(trace: StoredTrace, captures: list[Any], function_type: Any, type_context: Any,

@@ -78,6 +78,9 @@ SKIPPED_CLASS_ATTRS = frozenset({"__module__", "__qualname__", "__doc__", "__dic
                                  "__annotations__", "__slots__", "__firstlineno__", "__static_attributes__"})
 PLAIN_SCALARS = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis))  # exactly these types
 CONTAINERS = (tuple, list, dict, set, frozenset)
+# A class's attributes that hold code, walked under any name: a dunder holding one is code that runs (a tf.function
+# ``__call__``, a property, ``__new__``); other dunders (``__module__``, ``__hash__ = None``) are Python's bookkeeping.
+CLASS_CODE = (types.FunctionType, staticmethod, classmethod, property, polymorphic_function.Function)
 
 
 class Uncacheable(Exception):
@@ -387,7 +390,7 @@ class Walk:
         is_enum = isinstance(cls, enum.EnumMeta)
         for name, attr in vars(cls).items():
             if name in made or name in SKIPPED_CLASS_ATTRS or (name.startswith("__") and name.endswith("__")
-                                               and not isinstance(attr, types.FunctionType)):
+                                               and not isinstance(attr, CLASS_CODE)):
                 continue
             if is_enum and _is_sunder(name):  # Enum's own bookkeeping: its members are keyed as attributes
                 continue
