@@ -101,11 +101,11 @@ print(json.dumps({{"installed": installed, "session": type(sess).__module__,
 
 
 def test_install_loads_the_session_drop_in_only_for_a_tf1_session(cache_dir):
-    """A TF2 program under install() pays for the functions and traces plugins (traces on by default), not for the
-    TF1 drop-in or XLA; with traces=False not for the traces plugin either."""
-    off = run_python(INSTALL_CHILD.format(cache_dir=str(cache_dir), traces=False))
-    assert "graphcache.functions" in off["installed"] and "graphcache.traces" not in off["installed"]
-    out = run_python(INSTALL_CHILD.format(cache_dir=str(cache_dir), traces=None))
+    """A TF2 program under install() pays for the functions and (asked for) traces plugins, not for the TF1 drop-in
+    or XLA; by default (traces off) not for the traces plugin either."""
+    default = run_python(INSTALL_CHILD.format(cache_dir=str(cache_dir), traces=None))
+    assert "graphcache.functions" in default["installed"] and "graphcache.traces" not in default["installed"]
+    out = run_python(INSTALL_CHILD.format(cache_dir=str(cache_dir), traces=True))
     assert "graphcache.functions" in out["installed"] and "graphcache.traces" in out["installed"]
     assert _matches(out["installed"], ("graphcache.session.drop_in", "graphcache.xla", "graphcache.accelerate.mode",
                                        "graphcache.share", "graphcache.explain", "graphcache.cli",

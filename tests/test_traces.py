@@ -518,7 +518,7 @@ def _script_run(argv: list[str], env: dict[str, str] | None = None) -> tuple[dic
     return json.loads([line for line in proc.stdout.splitlines() if line.strip()][-1]), proc.stderr
 
 
-def test_graphcache_run_caches_traces_and_a_hit_builds_its_graph_only_for_a_tape(tmp_path, cache_dir):
+def test_graphcache_run_caches_traces_when_asked_and_a_hit_builds_its_graph_only_for_a_tape(tmp_path, cache_dir):
     script = tmp_path / "script.py"
     script.write_text(RUN_SCRIPT)
     run = ["-m", "graphcache", "run", "--cache-dir", str(cache_dir), str(script)]
@@ -526,12 +526,12 @@ def test_graphcache_run_caches_traces_and_a_hit_builds_its_graph_only_for_a_tape
     assert plain["lazy"] == "ConcreteFunction"
     values = ("total", "last", "first", "gradient", "outer")
 
-    _script_run(run, {"GRAPHCACHE_TRACE_VERIFY": "0"})  # cold: traced and stored (traces on by default)
+    _script_run(run, {"GRAPHCACHE_TRACE_VERIFY": "0", "GRAPHCACHE_TRACES": "1"})  # cold: traced and stored
     stored = GraphCache(cache_dir).stats()
     assert stored.traces["trace_misses"] >= 1 and stored.traces["trace_hits"] == 0
     assert stored.trace_reasons.get("side_effect") == 1  # outer
 
-    warm, stderr = _script_run(run, {"GRAPHCACHE_TRACE_VERIFY": "1"})  # hits compared
+    warm, stderr = _script_run(run, {"GRAPHCACHE_TRACE_VERIFY": "1", "GRAPHCACHE_TRACES": "1"})  # hits compared
     stats = GraphCache(cache_dir).stats()
     assert {name: warm[name] for name in values} == {name: plain[name] for name in values}
     assert stats.traces["trace_hits"] >= 1 and "differs" not in stderr, stderr[-2000:]
@@ -540,8 +540,8 @@ def test_graphcache_run_caches_traces_and_a_hit_builds_its_graph_only_for_a_tape
     assert warm["lazy"] == "LazyConcreteFunction"
     assert warm["built_after_calls"] is False and warm["built_after_tape"] is True
 
-    off_dir = tmp_path / "off"  # traces turned off: functions still on
-    off, _ = _script_run(["-m", "graphcache", "run", "--cache-dir", str(off_dir), str(script)], {"GRAPHCACHE_TRACES": "0"})
+    off_dir = tmp_path / "off"  # the default: traces off (docs/tf2-traces.md says why), functions on
+    off, _ = _script_run(["-m", "graphcache", "run", "--cache-dir", str(off_dir), str(script)])
     assert {name: off[name] for name in values} == {name: plain[name] for name in values}
     kinds = {row.kind for row in GraphCache(off_dir).entries()}
     assert KIND not in kinds and "tf_function" in kinds

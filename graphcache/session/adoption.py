@@ -16,8 +16,8 @@ spelling reaches it
 since graphcache's classes subclass TensorFlow's, ``isinstance(sess, tf.compat.v1.Session)`` holds.
 
 TF2 code has no session: its ``tf.function`` first calls are served by the functions plugin, and its
-``tf.function`` traces by the traces plugin (unless ``traces=False`` or ``GRAPHCACHE_TRACES=0``:
-docs/tf2-traces.md says what a trace's key covers and what it refuses). Not reached: subclasses of TensorFlow's classes (a
+``tf.function`` traces by the traces plugin, which ``install()`` enables only when asked (``traces=True`` or
+``GRAPHCACHE_TRACES=1``: docs/tf2-traces.md says why it is off by default). Not reached: subclasses of TensorFlow's classes (a
 subclass's own code runs, e.g. tf.test's ``cached_session``), sessions whose config turns Grappler's
 meta-optimizer off (nothing to cache; this includes ``CompiledGraph.session()``), and other processes,
 except the Python processes a script started by ``graphcache run`` (or ``run_script``) starts: those find
@@ -62,9 +62,9 @@ def install(cache: Any = None, *, cache_dir: str | os.PathLike[str] | None = Non
             functions: bool = True, traces: bool | None = None, **settings: Any) -> Any:
     """Make every TF1-style session created from now on, in this process, a graphcache session, and (with
     ``functions``, the default) serve TF2 functions' first calls from the cache too (graphcache/functions/),
-    and (with ``traces``: the argument, else ``GRAPHCACHE_TRACES``, else on) tf.functions' traces
-    (graphcache/traces/: no Python tracing on a hit; a trace whose reads its key cannot prove is not cached:
-    docs/tf2-traces.md).
+    and (with ``traces``: the argument, else ``GRAPHCACHE_TRACES``, else off) tf.functions' traces
+    (graphcache/traces/: no Python tracing on a hit; off by default until its key proves everything a trace
+    reads: docs/tf2-traces.md).
 
     ``cache``: the GraphCache they share; else one is opened with ``cache_dir`` (else
     ``experimental_config.graph_compiler_cache_dir``, else ``$GRAPHCACHE_DIR``/the user cache dir) and
@@ -86,7 +86,7 @@ def install(cache: Any = None, *, cache_dir: str | os.PathLike[str] | None = Non
                 cache_dir = create_cache_dir(Path(cache_dir).expanduser())
             # functions and traces: below, replacing any
             cache = GraphCache(cache_dir, functions=False, traces=False, **settings)
-        for plugin, wanted in (("functions", functions), ("traces", resolve_flag(traces, ENV_TRACES, default=True))):
+        for plugin, wanted in (("functions", functions), ("traces", resolve_flag(traces, ENV_TRACES))):
             if wanted and not cache.disabled:
                 plugins.enable(cache, plugin, replace=True)
             else:
