@@ -107,7 +107,7 @@ class _WatchedEnviron(type(os.environ)):  # type: ignore[misc]
     ``__getitem__`` or ``__iter__``; ``len`` and ``repr`` read the data directly."""
 
     def __getitem__(self, key: Any) -> Any:
-        _note(os.fsdecode(key) if isinstance(key, bytes) else str(key))
+        _note(key)
         return super().__getitem__(key)
 
     def __iter__(self) -> Iterator[Any]:
@@ -123,10 +123,12 @@ class _WatchedEnviron(type(os.environ)):  # type: ignore[misc]
         return super().__repr__()
 
 
-def _note(name: str) -> None:
+def _note(key: Any) -> None:
+    """A read of the environment, noted while this thread records (its name made only then: every read of
+    ``os.environ`` in the process comes through here)."""
     record = getattr(_state, "record", None)
     if record is not None:
-        record.environment.append(name)
+        record.environment.append(os.fsdecode(key) if isinstance(key, bytes) else str(key))
 
 
 def _install() -> None:
