@@ -19,7 +19,7 @@ import pytest
 
 from graphcache import GraphCache
 from graphcache.entry import codec
-from graphcache.functions import ALIAS_KIND, KIND, optimized
+from graphcache.functions import ALIAS_KIND, KIND, hook, optimized
 from graphcache.store import LocalStore
 
 from .helpers import ROOT, run_python
@@ -390,7 +390,9 @@ def test_keras_predict_fit_and_a_loaded_saved_model_hit_in_a_second_process(cach
 
 
 # -- the payload, in this process ------------------------------------------------------------------------------
-def _function_and_graph():
+def _function_and_graph(also_call=None):
+    """``f``'s FunctionDef and what the eager context collected at its first call (serialized RunMetadata);
+    ``also_call``: a function first-called in the same window (its graphs are collected too)."""
     import tensorflow as tf
     from tensorflow.python.eager import context
 
@@ -403,15 +405,41 @@ def _function_and_graph():
     ctx.enable_graph_collection()
     try:
         concrete(tf.ones([2, 2]))
-        metadata = ctx.export_run_metadata()
+        if also_call is not None:
+            also_call()
+        metadata = hook.export_run_metadata(ctx)
     finally:
         ctx.disable_graph_collection()
     return concrete.function_def, metadata
 
 
+def test_the_collected_graph_is_picked_by_its_body_among_others_and_an_ambiguous_pick_is_none():
+    import tensorflow as tf
+
+    @tf.function
+    def g(x):
+        return tf.reduce_max(tf.sigmoid(x) + 1.0)
+
+    other = g.get_concrete_function(tf.ones([3]))
+    fdef, metadata = _function_and_graph(also_call=lambda: other(tf.ones([3])))
+    from tensorflow.core.protobuf import config_pb2
+
+    parsed = config_pb2.RunMetadata.FromString(metadata)
+    assert len(parsed.function_graphs) >= 2 and parsed.partition_graphs  # the export holds more than the pick
+    mine = optimized.pick_collected(metadata, fdef)
+    theirs = optimized.pick_collected(metadata, other.function_def)
+    assert mine is not None and theirs is not None and mine != theirs
+    assert any(node.op == "Tanh" for node in mine.node) and not any(node.op == "Tanh" for node in theirs.node)
+    expected = [graphs.post_optimization_graph for graphs in parsed.function_graphs
+                if any(node.op == "Tanh" for node in graphs.pre_optimization_graph.node)]
+    assert [mine] == expected  # the same graph a whole parse of the export gives
+    assert optimized.pick_collected(metadata + metadata, fdef) is None  # collected twice: ambiguous
+    assert optimized.pick_collected(b"", fdef) is None
+
+
 def test_payload_is_tensorflows_proto_without_its_name_and_checks_refuse_what_does_not_fit():
     fdef, metadata = _function_and_graph()
-    graph = optimized.pick_collected(metadata.function_graphs, fdef)
+    graph = optimized.pick_collected(metadata, fdef)
     assert graph is not None
     ops = {node.op for node in fdef.node_def} | {"_Arg", "_Retval"}
     payload = optimized.build(fdef, graph, 0.01, ops)

@@ -41,6 +41,7 @@ import threading
 import time
 from typing import Any
 
+from tensorflow.python import pywrap_tfe
 from tensorflow.python.eager import context
 
 from ..core import plugins
@@ -205,7 +206,7 @@ class FunctionCache:
         finally:
             seconds = time.perf_counter() - start
             try:
-                metadata = ctx.export_run_metadata()
+                metadata = export_run_metadata(ctx)
             finally:
                 ctx.disable_graph_collection()
         self.cache.count_lookup(KIND, misses=1, compiles=1, compile_seconds=seconds)
@@ -221,14 +222,14 @@ class FunctionCache:
         GraphCache.wait_for_writes and at exit); True when none is left."""
         return self.cache.wait_for_writes(timeout)
 
-    def _store_fail_open(self, call: keying.FunctionCall, metadata: Any, seconds: float) -> None:
+    def _store_fail_open(self, call: keying.FunctionCall, metadata: bytes, seconds: float) -> None:
         try:
             self._store(call, metadata, seconds)
         except Exception as exc:
             self._failed(f"storing the optimized graph of {call.name}", exc)
 
-    def _store(self, call: keying.FunctionCall, metadata: Any, seconds: float) -> None:
-        graph = optimized.pick_collected(metadata.function_graphs, call.fdef)
+    def _store(self, call: keying.FunctionCall, metadata: bytes, seconds: float) -> None:
+        graph = optimized.pick_collected(metadata, call.fdef)
         if graph is None:
             self._not_cached(call.name, optimized.NotStorable(
                 "not_collected", "TensorFlow's graph collector handed out no optimized graph of it (its kernel "
@@ -284,3 +285,14 @@ class FunctionCache:
         """An unexpected failure of graphcache's own (not of the call): strict raises, else warn once, count."""
         self.cache.failure("function_error", what, exc, consequence="the function is compiled without the cache",
                            uncacheable=False)
+
+
+def export_run_metadata(ctx: Any) -> bytes:
+    """What the eager context collected, as a serialized RunMetadata (``Context.export_run_metadata`` without
+    its parse: the store parses only the graph it takes, off the caller's path; optimized.pick_collected)."""
+    from tensorflow.python.client import pywrap_tf_session
+    from tensorflow.python.framework import c_api_util
+
+    with c_api_util.tf_buffer() as buffer:
+        pywrap_tfe.TFE_ContextExportRunMetadata(ctx._handle, buffer)
+        return pywrap_tf_session.TF_GetBuffer(buffer)

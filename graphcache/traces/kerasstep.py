@@ -69,7 +69,10 @@ SETUP_METHODS = frozenset({"__init__", "__new__", "build", "get_config", "from_c
                            "save_own_variables", "load_own_variables", "__repr__", "__str__", "__setattr__"})
 KERAS_SWITCHES = ("is_flash_attention_enabled", "is_nnx_enabled")  # keras.config switches layers read at call time
 CONFIG_SCALARS = (type(None), bool, int, float, str)  # what a config is made of, besides lists and dicts
-PLAIN_HELD = (type(None), bool, int, float, str)  # attribute values held() has nothing to key in
+SCALAR_PREFIXES = {kind: kind.__name__[0] for kind in CONFIG_SCALARS}  # a scalar's text: N, b, i, f, s + its repr
+PLAIN_HELD_TYPES = frozenset({type(None), bool, int, float, str})  # attribute values held() has nothing to key in
+# What held() keys or refuses (anything else held is keyed by the config, the layer walk or the variables)
+HELD_KINDS = (types.FunctionType, ops.EagerTensor, types.MethodType, functools.partial)
 LAYER_FLAGS = ("built", "trainable", "autocast", "supports_masking", "_call_has_training_arg", "_call_has_mask_arg")
 
 
@@ -259,9 +262,11 @@ def held(walk: Walk, layer: Any, path: str, where: str, known: dict[int, str]) -
     only: walked as user code; Keras' own named), also in lists, tuples and dicts; partials and bound methods
     of them."""
     for name, value in vars(layer).items():
+        if type(value) in PLAIN_HELD_TYPES:  # most of a layer's ~70 attributes: nothing to key (a hot loop)
+            continue
         items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else (value,)
         for index, item in enumerate(items):
-            if isinstance(item, PLAIN_HELD):  # most of a layer's ~70 attributes: nothing to key here (a hot loop)
+            if not isinstance(item, HELD_KINDS):  # plain values, layers, variables, trackers: nothing to key here
                 continue
             at = f"{path}.{name}" if item is value else f"{path}.{name}[{index}]"
             if isinstance(item, types.FunctionType):
@@ -271,7 +276,7 @@ def held(walk: Walk, layer: Any, path: str, where: str, known: dict[int, str]) -
                 walk.value(item, at)
             elif isinstance(item, types.MethodType) and id(item.__self__) in known:
                 walk.value(item.__func__, at)
-            elif isinstance(item, (functools.partial, types.MethodType)):
+            else:  # a partial, or a method of an object the walk does not key
                 raise Uncacheable(REASON, f"{where} holds a {type(item).__name__} as {name} (what it calls is not "
                                           "keyed)")
 
@@ -360,8 +365,9 @@ def config_text(value: Any) -> Any:
 
 def _config_repr(value: Any, parts: list[str], depth: int) -> bool:
     kind = type(value)
-    if kind in CONFIG_SCALARS:
-        parts.append(f"{kind.__name__[0]}{value!r}")
+    prefix = SCALAR_PREFIXES.get(kind)
+    if prefix is not None:
+        parts.append(prefix + repr(value))
         return True
     if depth > 64:
         return False

@@ -20,6 +20,7 @@ model: its layers in order and the built input shape. Both with the model's name
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 CONFIG_SCALARS = (type(None), bool, int, float, str)
@@ -27,10 +28,15 @@ CONFIG_SCALARS = (type(None), bool, int, float, str)
 
 def is_graph_model(layer: Any) -> bool:
     """Whether ``layer`` is exactly Keras' Functional or Sequential model (a subclass adds its own code and config)."""
+    return type(layer) in _graph_model_classes()
+
+
+@functools.cache
+def _graph_model_classes() -> tuple[type, ...]:
     from keras.src.models.functional import Functional
     from keras.src.models.sequential import Sequential
 
-    return type(layer) in (Functional, Sequential)
+    return Functional, Sequential
 
 
 def graph_config(model: Any) -> tuple[Any, ...]:

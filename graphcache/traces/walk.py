@@ -135,7 +135,7 @@ class Walk:
         return self._hasher.hexdigest()
 
     def _emit(self, *parts: Any) -> None:
-        data = "\x1f".join(str(part) for part in parts).encode("utf-8", "surrogatepass")
+        data = "\x1f".join(map(str, parts)).encode("utf-8", "surrogatepass")
         self._hasher.update(len(data).to_bytes(8, "little"))
         self._hasher.update(data)
 
