@@ -1,12 +1,12 @@
 """Canonicalization runs with Python's garbage collector paused, and leaves the collector as it found it
-(compile/gcpause.py)."""
+(core/gcpause.py)."""
 
 from __future__ import annotations
 
 import gc
 import threading
 
-from graphcache.compile.gcpause import collector_paused
+from graphcache.core.gcpause import collector_paused
 
 
 def _chain_graph(nodes: int):

@@ -54,8 +54,8 @@ from typing import Any, NamedTuple
 import xxhash
 from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, node_def_pb2, tensor_pb2
 
+from ..core.gcpause import collector_paused
 from ..errors import InvalidGraphError
-from .gcpause import collector_paused
 from .graphs import GraphView
 
 # Internal attributes left out of the key, each with why it cannot change the compiled result.

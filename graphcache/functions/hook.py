@@ -47,6 +47,7 @@ from tensorflow.python.eager import context
 from ..core import plugins
 from ..core.counters import FUNCTION_UNCACHEABLE
 from ..core.failures import STORAGE_ERRORS
+from ..core.gcpause import collector_paused
 from ..core.service import EntryService
 from ..entry import codec, kinds
 from ..errors import CacheIOError, CorruptEntryError, UntrustedEntryError
@@ -224,7 +225,8 @@ class FunctionCache:
 
     def _store_fail_open(self, call: keying.FunctionCall, metadata: bytes, seconds: float) -> None:
         try:
-            self._store(call, metadata, seconds)
+            with collector_paused():  # as the trace's write (traces/hook.py: "The collector")
+                self._store(call, metadata, seconds)
         except Exception as exc:
             self._failed(f"storing the optimized graph of {call.name}", exc)
 

@@ -33,7 +33,7 @@ A trace (only a top-level one, in eager mode: traces nested inside another trace
    there), off the caller's path.
 
 The collector. A trace through the hook runs with Python's cyclic garbage collector paused
-(compile/gcpause.py), the key's walk, the trace and the check after it. Keras' tracing makes next to no
+(core/gcpause.py), the key's walk, the trace and the check after it. Keras' tracing makes next to no
 cyclic garbage (ResNet50V2's and EfficientNetV2B0's first ``predict``: 32 and 47 collections during the
 trace, 0 objects freed, ad hoc), but each collection moves what lives at that moment into an older
 generation, and what reaches the oldest counts toward the process's next full collection (0.15-0.2 s over the
@@ -41,7 +41,10 @@ generation, and what reaches the oldest counts toward the process's next full co
 trace's own temporaries. Paused, these die young: on ResNet50V2's first-ever ``predict`` the process's
 distance to its next full collection went from 9k to 22k objects (plain: 20k); unpaused, graphcache's miss
 pulled that collection into the first result on EfficientNetV2B0. What the pause holds back (cycles made
-while tracing) is looked at by the first collection after it, as ever.
+while tracing) is looked at by the first collection after it, as ever. The entry's write in the background
+(reading the library, the entry's bytes, the index's first open) is paused too: on DenseNet121's first-ever
+``predict`` a full collection ran inside it in every process (0.2-0.45 s in that thread, which the exit
+drain waited for; ad hoc), for what the first collection after it does anyway.
 
 Fail open: a failure of graphcache's own warns once, is counted, and the function is traced normally.
 Errors of the trace itself (the user's code) reach the caller unchanged.
@@ -60,9 +63,9 @@ from tensorflow.python.framework import ops
 from tensorflow.python.ops import variable_scope
 from tensorflow.python.util import tf_decorator
 
-from ..compile.gcpause import collector_paused
 from ..core import plugins, settings
 from ..core.counters import TRACE_UNCACHEABLE
+from ..core.gcpause import collector_paused
 from ..core.service import EntryService
 from ..entry import codec, kinds
 from ..entry.keyparts import hash_json
@@ -372,7 +375,8 @@ class TraceCache:
     def _store_fail_open(self, key: keying.TraceKey, described: stored.Described, concrete: Any, seconds: float,
                          name: str) -> None:
         try:
-            self._store(key, described, concrete, seconds, name)
+            with collector_paused():  # see the module docstring: "The collector"
+                self._store(key, described, concrete, seconds, name)
         except Exception as exc:
             self._failed(f"storing the trace of {name}", exc)
 
