@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import threading
 
-from graphcache.core.gcpause import collector_paused
+from graphcache.core.gcpause import collect_young, collector_paused
 
 
 def _chain_graph(nodes: int):
@@ -77,5 +77,57 @@ def test_pauses_nest_overlap_across_threads_and_keep_a_disabled_collector_disabl
         with collector_paused():
             assert not gc.isenabled()
         assert not gc.isenabled()  # a program that runs without the collector keeps it off
+    finally:
+        gc.enable()
+
+
+def _young_collections_in_this_thread(run) -> list[int]:
+    """The generations collected in the calling thread while ``run()`` runs."""
+    me = threading.get_ident()
+    seen: list[int] = []
+
+    def note(phase: str, info: dict) -> None:
+        if phase == "start" and threading.get_ident() == me:
+            seen.append(info["generation"])
+
+    gc.callbacks.append(note)
+    try:
+        run()
+    finally:
+        gc.callbacks.remove(note)
+    return seen
+
+
+def test_after_a_pause_the_young_generation_is_collected_by_the_caller_unless_the_program_turned_the_collector_off():
+    kept = []
+    with collector_paused():  # (once it ends, the caller's own next allocation would collect them anyway)
+        kept.extend([] for _ in range(5 * gc.get_threshold()[0]))  # live young containers, over the threshold
+        assert gc.get_count()[0] > gc.get_threshold()[0]
+        assert _young_collections_in_this_thread(collect_young) == [0]
+        assert gc.get_count()[0] < gc.get_threshold()[0]
+        assert _young_collections_in_this_thread(collect_young) == []  # nothing over the threshold: nothing to do
+
+    # paused by graphcache in another thread (a background write): the caller still collects its young ones
+    entered, release = threading.Event(), threading.Event()
+
+    def other_thread() -> None:
+        with collector_paused():
+            entered.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    try:
+        assert entered.wait(10)
+        kept.extend([] for _ in range(5 * gc.get_threshold()[0]))
+        assert _young_collections_in_this_thread(collect_young) == [0]
+    finally:
+        release.set()
+        thread.join(10)
+
+    gc.disable()  # the program's own choice: never collect for it
+    try:
+        kept.extend([] for _ in range(5 * gc.get_threshold()[0]))
+        assert _young_collections_in_this_thread(collect_young) == []
     finally:
         gc.enable()

@@ -41,7 +41,8 @@ generation, and what reaches the oldest counts toward the process's next full co
 trace's own temporaries. Paused, these die young: on ResNet50V2's first-ever ``predict`` the process's
 distance to its next full collection went from 9k to 22k objects (plain: 20k); unpaused, graphcache's miss
 pulled that collection into the first result on EfficientNetV2B0. What the pause holds back (cycles made
-while tracing) is looked at by the first collection after it, as ever. The entry's write in the background
+while tracing) is looked at by the first collection after it, as ever: run right after the pause, in the
+caller's thread (gcpause.collect_young), not by whichever thread allocates next. The entry's write in the background
 (reading the library, the entry's bytes, the index's first open) is paused too: on DenseNet121's first-ever
 ``predict`` a full collection ran inside it in every process (0.2-0.45 s in that thread, which the exit
 drain waited for; ad hoc), for what the first collection after it does anyway.
@@ -65,7 +66,7 @@ from tensorflow.python.util import tf_decorator
 
 from ..core import plugins, settings
 from ..core.counters import TRACE_UNCACHEABLE
-from ..core.gcpause import collector_paused
+from ..core.gcpause import collect_young, collector_paused
 from ..core.service import EntryService
 from ..entry import codec, kinds
 from ..entry.keyparts import hash_json
@@ -146,7 +147,9 @@ class TraceCache:
         if ops.inside_function():  # a tf.function called while another is traced: part of that trace
             return trace()
         with collector_paused():  # see the module docstring: "The collector"
-            return self._create(trace, function_type, type_context, tracing_options)
+            created = self._create(trace, function_type, type_context, tracing_options)
+        collect_young()
+        return created
 
     def _create(self, trace: Any, function_type: Any, type_context: Any, tracing_options: Any) -> Any:
         name = tracing_options.name
