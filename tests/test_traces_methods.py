@@ -214,6 +214,62 @@ def test_a_method_warm_hits_binds_each_instance_and_every_change_misses(cache_di
         assert _logged(changed, f"trace miss __call__ ({cls}): differs from the stored trace"), cls
 
 
+KERAS_CHILD = '''
+import json, logging, warnings
+import numpy as np
+import tensorflow as tf
+import keras
+{preamble}
+keras.utils.set_random_seed(0)
+
+
+def inner():
+    inputs = keras.Input((4,))
+    hidden = keras.layers.Dense(3, activation="relu", kernel_initializer="ones", name="hidden")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(2, kernel_initializer="ones", name="out")(hidden))
+
+
+class OneStep(keras.Model):  # TensorFlow's text generation tutorial's shape
+    def __init__(self, model, temperature):
+        super().__init__()
+        self.model = model
+        self.temperature = temperature
+        self.mask = tf.constant([0.0, -1.0])
+
+    @tf.function
+    def step(self, x):
+        return self.model(x) / self.temperature + self.mask
+
+
+stepper = OneStep(inner(), {temperature})
+x = tf.constant(np.arange(8, dtype="float32").reshape(2, 4) / 10.0)
+out = {{"values": [stepper.step(x).numpy().tolist(), stepper.step(x + 1.0).numpy().tolist()]}}
+if {cached}:
+    cache.wait_for_writes()
+    out.update(stats=cache.stats().traces, errors=[m for level, m in messages if level == "ERROR"])
+print(json.dumps(out))
+'''
+
+
+def _keras_method_child(cache_dir, temperature: float) -> dict:
+    code = KERAS_CHILD.format(preamble=trace_child_preamble(cache_dir), temperature=temperature,
+                              cached=cache_dir is not None)
+    return run_python(code, env={"GRAPHCACHE_TRACE_VERIFY": "1"})
+
+
+def test_a_keras_model_method_hits_in_a_later_process_and_an_attribute_it_reads_changed_misses(cache_dir):
+    plain = _keras_method_child(None, 2.0)
+    cold = _keras_method_child(cache_dir, 2.0)
+    assert cold["values"] == plain["values"] and not cold["errors"]
+    assert cold["stats"]["trace_misses"] == 1 and cold["stats"]["trace_uncacheable"] == 0  # refused as a method before
+    warm = _keras_method_child(cache_dir, 2.0)  # verified: each hit traced anyway and compared
+    assert warm["values"] == plain["values"] and not warm["errors"]
+    assert warm["stats"] == {**cold["stats"], "trace_hits": 1}  # the cache dir's counts, over its processes
+    changed = _keras_method_child(cache_dir, 4.0)
+    assert changed["values"] == _keras_method_child(None, 4.0)["values"] != plain["values"]
+    assert changed["stats"] == {**warm["stats"], "trace_misses": 2}
+
+
 # -- the instance walk, in this process -----------------------------------------------------------------------
 def _method(obj, name: str = "__call__"):
     from graphcache.traces import instance
@@ -382,7 +438,7 @@ def test_the_method_key_refuses_what_it_cannot_prove():
     assert "uses super() other than as super().name" in _refused(KeepsSuper())[1]
     import keras
 
-    class KerasLayer(keras.layers.Layer):  # Keras objects: keyed on the predict and fit paths only
+    class KerasLayer(keras.layers.Layer):  # not by this walk: objects.walk_method keys a Keras object's method
         @tf.function
         def __call__(self, x):
             return x * 2.0

@@ -8,8 +8,8 @@ constant (a float), a capture (a variable) or a branch taken (a flag). The key o
 - the method's function, walked as any function (walk.py: code, defaults, closures, the globals it reads);
 - the object's class, walked as walk.py walks a class (every method's code, plain class attributes); library
   base classes by name, and only those whose state is the object's ``__dict__`` (``STATE_BASES``: ``object``,
-  ``abc.ABC``, ``tf.Module`` and its trackable bases). Any other library base (a Keras layer: Keras objects are
-  keyed on the predict and fit paths only, kerasstep.py, kerasfit.py), a metaclass, ``__getattr__``,
+  ``abc.ABC``, ``tf.Module`` and its trackable bases). Any other library base (a Keras layer or model: objects.py's
+  walk_method keys its methods instead), a metaclass, ``__getattr__``,
   ``__getattribute__`` or ``__slots__`` is refused: attributes would come from somewhere the key cannot see;
 - each ``self.<name>`` the method reads, and those read by the methods of its class it reaches through
   ``self`` (``self.helper(x)``, a property, ``self(x)``, ``super().name``: every definition of the name in the
@@ -267,11 +267,19 @@ def walk_method(method: BoundMethod, walk: Walk | None = None) -> Walk:
 def reached_reads(cls: type, function: types.FunctionType) -> tuple[list[str], bool]:
     """The names ``function`` and the methods of ``cls`` it reaches through ``self`` read off ``self``, and whether a
     library class defines one of them (then library code reads the object's state)."""
+    names, library, _ = reached(cls, function)
+    return names, library
+
+
+def reached(cls: type, function: types.FunctionType) -> tuple[list[str], bool, list[types.FunctionType]]:
+    """reached_reads(), and the functions it followed (``function`` first)."""
     names: dict[str, None] = {}
     library = False
     queue, seen = [function], {id(function)}
+    followed = []
     while queue:
         current = queue.pop(0)
+        followed.append(current)
         for name in self_reads(current, current.__qualname__, REASON):
             if name in names:
                 continue
@@ -283,11 +291,11 @@ def reached_reads(cls: type, function: types.FunctionType) -> tuple[list[str], b
                 if is_library(owner.__module__):
                     library = True
                     continue
-                for reached in _self_functions(attr):
-                    if id(reached) not in seen:
-                        seen.add(id(reached))
-                        queue.append(reached)
-    return list(names), library
+                for one in _self_functions(attr):
+                    if id(one) not in seen:
+                        seen.add(id(one))
+                        queue.append(one)
+    return list(names), library, followed
 
 
 def _self_functions(attr: Any) -> list[types.FunctionType]:
@@ -339,4 +347,4 @@ def _unknown_descriptor(attr: Any) -> bool:
 
 
 __all__ = ["BoundMethod", "bound_method", "called_here", "check_class", "keyed_state", "module_rule", "object_state",
-           "plain_or_tracked", "reached_reads", "self_chains", "self_reads", "walk_method"]
+           "plain_or_tracked", "reached", "reached_reads", "self_chains", "self_reads", "walk_method"]

@@ -299,6 +299,13 @@ def instance_reads(walk: Walk, layer: Any, owner: type, where: str, known: dict[
             if isinstance(function, types.FunctionType) and not isinstance(attr, staticmethod):
                 names.update(dict.fromkeys(self_reads(function, f"{where}: {owner.__qualname__}.{name}", REASON)))
                 chains.update(dict.fromkeys(self_chains(function)))
+    key_self_reads(walk, layer, list(names), list(chains), where, known)
+
+
+def key_self_reads(walk: Walk, layer: Any, names: list[str], chains: list[tuple[str, ...]], where: str,
+                   known: dict[int, str]) -> None:
+    """Each ``self.<name>`` (and ``self.<a>.<b>`` chain) user code reads off a Keras ``layer``, keyed: the model's
+    objects by label (``known``), other values by instance.keyed_state's rules."""
     rule = state_rule(known)
     for name in names:
         if name in vars(layer):

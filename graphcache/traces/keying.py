@@ -198,7 +198,7 @@ def walk_root(root: Any, before: dict[Any, Any] | None = None, reuse_configs: di
         return walk
     walk = Walk(objects.RULE, before)
     if isinstance(root, instance.BoundMethod):
-        return instance.walk_method(root, walk)
+        return objects.walk_method(root, walk)
     walk.function(root, "")
     return walk
 

@@ -24,6 +24,9 @@ steps key their model and compile state (kerasstep.py, kerasfit.py):
 - a **tf.Module**: instance.py's rule for a nested module (a class with library bases that hold all their
   state in ``__dict__``, walked; every attribute it holds, Keras objects by the rules above).
 
+A ``@tf.function`` *method* of a Keras layer or model subclass (``walk_method``) is keyed by this rule for its
+object, plus the ``self.<name>`` reads of the method and of the methods it reaches through ``self``.
+
 Assumed, as for Keras' steps: a Keras object's state is its config and variables (what Keras saves and restores
 it by). A ``get_config()`` that fails or is not plain is refused (``keras``).
 """
@@ -84,6 +87,22 @@ class KerasObjects:
 
 
 RULE = KerasObjects()
+
+
+def walk_method(method: instance.BoundMethod, walk: Walk) -> Walk:
+    """The walk of a tf.function method's trace: a Keras layer's or model's (TensorFlow's text generation tutorial's
+    ``OneStep(tf.keras.Model)`` with its ``@tf.function generate_one_step``) keyed as this rule keys the object,
+    the method's own ``self.<name>`` reads besides; any other object's by instance.py."""
+    layer = method.instance
+    keras = _keras()
+    if keras is None or not isinstance(layer, keras.layers.Layer):
+        return instance.walk_method(method, walk)
+    walk.function(method.function, "")
+    walk.value(layer, "self")  # the whole object: its classes, configs or state, user classes' reads, variables
+    names, _, followed = instance.reached(type(layer), method.function)
+    chains = list(dict.fromkeys(chain for function in followed for chain in instance.self_chains(function)))
+    kerasstep.key_self_reads(walk, layer, names, chains, "self", kerasstep.model_objects(layer))
+    return walk
 
 
 def _kinds(keras: Any) -> tuple[type, ...]:
