@@ -5,7 +5,7 @@ The test files are TensorFlow's and Keras' (the installed versions') and are not
 ``GRAPHCACHE_TF2_SUITES`` at a folder holding copies of
 
 - ``polymorphic_function_test.py``, ``tracing_compilation_test.py`` (TensorFlow,
-  ``tensorflow/python/eager/polymorphic_function/``: unittest/absl, loaded with runpy);
+  ``tensorflow/python/eager/polymorphic_function/``: unittest/absl, loaded as modules of their own names);
 - ``trainer_test.py`` (``keras/src/trainers/``), ``functional_test.py``, ``sequential_test.py``
   (``keras/src/models/``): pytest, run by ``pytest.main`` in the child with the folder as rootdir;
 
@@ -54,11 +54,11 @@ SELECTION = {
     "sequential_test.py": ["SequentialTest::test_basic_flow_with_input", "SequentialTest::test_dict_inputs"],
 }
 
-# Runs TensorFlow's files with unittest (runpy: their googletest.main() is not run) and Keras' with pytest.main,
+# Runs TensorFlow's files with unittest and Keras' with pytest.main,
 # records each test's outcome, prints {file: {test id: outcome}} (and graphcache's trace counters) as its last
 # line. argv: "plain"|cache dir, then a JSON {file path: [selected ids] or null for all}.
 CHILD = r'''
-import json, os, runpy, sys, unittest
+import importlib.util, json, os, sys, unittest
 cache_dir, plan = sys.argv[1], json.loads(sys.argv[2])
 import tensorflow as tf
 cache = None
@@ -88,21 +88,27 @@ class Result(unittest.TestResult):
         self.outcomes[test.id()] = "failed"
 
 def run_unittest(path, selected):
-    name = "tf_own_" + os.path.basename(path)[:-3]
-    namespace = runpy.run_path(path, run_name=name)
+    # Loaded as a module of its own name (not run as __main__: its googletest.main() does not run): pickle and
+    # autograph find its functions through sys.modules, and unittest runs its setUpModule.
+    name = os.path.basename(path)[:-3]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
     flags.FLAGS(sys.argv[:1], known_only=True)
     suite = unittest.TestSuite()
-    for value in list(namespace.values()):
+    for value in list(vars(module).values()):
         if isinstance(value, type) and issubclass(value, unittest.TestCase) and value.__module__ == name:
             for test in unittest.TestLoader().loadTestsFromTestCase(value):
-                short = test.id()[len(name) + 1:]
+                short = test.id()[len(name) + 1:].split(" (")[0]
                 if selected is None or short in selected or short.split("_")[0] in selected:
                     suite.addTest(test)
     result = Result()
     suite.run(result)
     for test, text in result.failures + result.errors:
         sys.stderr.write(f"==== {test.id()}\n{text}\n")
-    return {test[len(name) + 1:]: outcome for test, outcome in result.outcomes.items()}
+    # an absl parameterized id ends with " (its parameters' reprs)": addresses, other in every process
+    return {test[len(name) + 1:].split(" (")[0]: outcome for test, outcome in result.outcomes.items()}
 
 class Outcomes:
     def __init__(self):
