@@ -53,3 +53,64 @@ def test_a_small_captured_tensor_is_a_constant_in_the_restored_graph_as_in_the_t
     for run in (cold, warm):
         assert {name: run[name] for name in plain} == plain
 
+
+DIRECT_CHILD = '''
+import json, logging, warnings
+import tensorflow as tf
+from tensorflow.python.eager.polymorphic_function import function_type_utils, tracing_compilation
+from tests.helpers import trace_child_preamble
+exec(trace_child_preamble({cache_dir}))
+
+w = tf.Variable([1.0, 2.0, 3.0])
+
+def scaled(x):
+    return tf.reduce_sum(x * w) * 0.5
+
+def branchy(x):
+    if x > 0:  # a tensor as a Python bool: autograph converts it under tf.function, and only there
+        return x * 2.0
+    return x - 1.0
+
+def direct(function, *args):
+    """tracing_compilation's own entry, no tf.function around the function (TensorFlow's own tests call it so)."""
+    function_type, defaults = function_type_utils.make_function_type(function, None)
+    options = tracing_compilation.TracingOptions(function, function.__name__, polymorphic_type=function_type,
+                                                 default_values=defaults)
+    return tracing_compilation.call_function(args, {{}}, options)
+
+def outcome(call):
+    try:
+        return float(call())
+    except Exception as exc:
+        return type(exc).__name__
+
+out = {{"scaled": outcome(lambda: direct(scaled, tf.ones([3]))),
+        "scaled_again": outcome(lambda: direct(scaled, tf.constant([2.0, 0.0, 1.0])))}}
+out["branchy"] = outcome(lambda: tf.function(branchy)(tf.constant(3.0)) if {through_function} else
+                         direct(branchy, tf.constant(3.0)))
+if {cache_dir} is not None:
+    cache.wait_for_writes()
+    out["hits"] = cache.stats().traces["trace_hits"]
+print(json.dumps(out))
+'''
+
+
+def test_a_trace_through_tracing_compilations_own_entry_is_cached_and_keyed_apart_from_tf_functions(cache_dir,
+                                                                                                   tmp_path):
+    """``tracing_compilation.call_function`` traces a Python function with no tf.function around it: no autograph
+    conversion, no variable-creator scope. Such a trace is cached, and never served to a tf.function of the same
+    function (or the other way round): there autograph turns ``if tensor:`` into a cond, here it raises."""
+    def run(directory, through_function):
+        # from a file: autograph converts only functions whose source it can read
+        program = tmp_path / f"direct_{through_function}.py"
+        program.write_text(DIRECT_CHILD.format(cache_dir=repr(directory), through_function=through_function))
+        return run_python(f"import runpy; runpy.run_path({str(program)!r}, run_name='__main__')")
+
+    plain = run(None, False)
+    assert plain["branchy"] == "OperatorNotAllowedInGraphError" and run(None, True)["branchy"] == 6.0
+    first = run(str(cache_dir), True)   # stores tf.function(branchy)'s trace
+    assert first["branchy"] == 6.0
+    for _ in range(2):  # then the direct traces: stored, then restored
+        again = run(str(cache_dir), False)
+        assert {name: again[name] for name in plain} == plain
+    assert again["hits"] - first["hits"] >= 2  # scaled, twice; branchy raises while tracing: nothing to store
