@@ -114,3 +114,33 @@ def test_a_trace_through_tracing_compilations_own_entry_is_cached_and_keyed_apar
         again = run(str(cache_dir), False)
         assert {name: again[name] for name in plain} == plain
     assert again["hits"] - first["hits"] >= 2  # scaled, twice; branchy raises while tracing: nothing to store
+
+
+def test_an_entry_that_does_not_tell_constant_captures_apart_is_not_restored():
+    """An entry written before captures were told apart ("tensor" for a Const-captured tensor too) would give a
+    Placeholder where the trace had a Const: it is discarded as corrupt (traced again, stored anew)."""
+    import json
+    import struct
+
+    import pytest
+    from tensorflow.core.framework import function_pb2
+
+    from graphcache.errors import CorruptEntryError
+    from graphcache.traces import stored
+
+    library = function_pb2.FunctionDefLibrary()
+    library.function.add().signature.name = "f_1"
+    described = stored.Described("f_1", [["g:SMALL", "tensor", 1, [3]]], b"", b"", [], 0)
+    payload = stored.encode(described, library)
+    assert stored.decode(payload).captures == described.captures
+    size = struct.unpack(">I", payload[len(stored.MAGIC):len(stored.MAGIC) + 4])[0]
+    start = len(stored.MAGIC) + 4
+    meta = json.loads(payload[start:start + size])
+    del meta[stored.CAPTURE_KINDS]
+    data = json.dumps(meta).encode()
+    older = stored.MAGIC + struct.pack(">I", len(data)) + data + payload[start + size:]
+    with pytest.raises(CorruptEntryError, match="predates constant captures"):
+        stored.decode(older)
+    meta["captures"] = [["g:w", "variable", 1, []]]  # an older entry without tensor captures is as it was
+    data = json.dumps(meta).encode()
+    assert stored.decode(stored.MAGIC + struct.pack(">I", len(data)) + data + payload[start + size:]).captures
