@@ -90,6 +90,8 @@ def user_function(tracing_options: Any) -> types.FunctionType | KerasStep | inst
     """The user's Python function a tf.function traces, a method with its object (instance.py), or Keras' predict,
     train or test step (kerasstep.py, kerasfit.py); None for traces that are not a tf.function's (TensorFlow's
     own: variable initializers, control flow, ...). Raises Uncacheable for functions this slice leaves alone."""
+    if tracing_options.scope_type == tracing_compilation.ScopeType.NO_SCOPE:
+        return direct_function(tracing_options)
     if tracing_options.scope_type not in TRACED_SCOPES:
         return None
     decorators, target = tf_decorator.unwrap(tracing_options.python_function)
@@ -113,6 +115,25 @@ def user_function(tracing_options: Any) -> types.FunctionType | KerasStep | inst
         return step
     if is_library(getattr(target, "__module__", None) or ""):
         raise Uncacheable("library", f"{target.__module__}.{target.__qualname__} is library code (Keras, tf.data, ...)")
+    return target
+
+
+def direct_function(tracing_options: Any) -> types.FunctionType | instance.BoundMethod | None:
+    """The function of a trace through ``tracing_compilation``'s own entry (``call_function``/``trace_function``
+    with TracingOptions of no scope: no tf.function around it, so no autograph conversion and no variable-creator
+    scope; keying.options_part keys that apart). TensorFlow's own such traces (control flow, forwardprop,
+    initializers: library code) are left alone as before, uncounted; a user's Python function or method is keyed
+    as a tf.function's is."""
+    decorators, target = tf_decorator.unwrap(tracing_options.python_function)
+    if is_library(getattr(target, "__module__", None) or ""):
+        return None
+    if decorators:
+        names = ", ".join(decorator.decorator_name for decorator in decorators)
+        raise Uncacheable("not_a_function", f"it is wrapped by {names} (a decorator the key does not know)")
+    if isinstance(target, types.MethodType):
+        return instance.bound_method(target)
+    if not isinstance(target, types.FunctionType):
+        raise Uncacheable("not_a_function", f"it traces a {type(target).__name__}, not a Python function")
     return target
 
 

@@ -46,7 +46,7 @@ from typing import Any
 from tensorflow.core.function.polymorphism import function_type as function_type_lib
 from tensorflow.core.function.trace_type import default_types
 from tensorflow.python.eager import context
-from tensorflow.python.eager.polymorphic_function import function_context, transform
+from tensorflow.python.eager.polymorphic_function import function_context, tracing_compilation, transform
 from tensorflow.python.framework import ops
 from tensorflow.python.saved_model import save_context
 
@@ -148,9 +148,14 @@ def options_part(tracing_options: Any) -> str:
         serialize = getattr(value, "SerializeToString", None)
         attributes.append([name, serialize(deterministic=True).hex() if serialize else repr(value)])
     # Not the scope type (tf.function's first trace may create variables, its retrace may not): a stored trace created
-    # none (hook.py refuses one that did), and a trace that creates none is the same under either scope.
-    return hash_json([tracing_options.name, bool(tracing_options.autograph), repr(tracing_options.autograph_options),
-                      bool(tracing_options.reduce_retracing), attributes])
+    # none (hook.py refuses one that did), and a trace that creates none is the same under either scope. But whether
+    # tf.function is there at all: traced through tracing_compilation's own entry (no scope), the function runs
+    # without autograph's conversion (``autograph`` only sets its status) and outside tf.function's XLA context.
+    options = [tracing_options.name, bool(tracing_options.autograph), repr(tracing_options.autograph_options),
+               bool(tracing_options.reduce_retracing), attributes]
+    if tracing_options.scope_type == tracing_compilation.ScopeType.NO_SCOPE:
+        options.append("tracing_compilation")
+    return hash_json(options)
 
 
 def context_part(function_context_now: Any) -> str:

@@ -66,6 +66,11 @@ PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})  # a token 
 CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 GRADIENT_ATTR = "_gradient_op_type"
 ADDRESS = re.compile(rb" at 0x[0-9a-fA-F]{6,}>")  # the tail of object.__repr__: "<function f at 0x7f3a2c1b0>"
+# A captured eager tensor TensorFlow's trace copied into the graph as a Const (a small one: capture_container's
+# _EAGER_CONST_THRESHOLD) rather than a Placeholder; its FunctionDef takes it as an argument all the same.
+CONSTANT = "constant"
+# Set in every entry since captures are told apart as "tensor" or CONSTANT; an older entry's "tensor" may be either.
+CAPTURE_KINDS = "capture_kinds"
 
 
 @dataclass
@@ -73,7 +78,7 @@ class Described:
     """A fresh trace, described on the caller's thread (cheap); ``library`` is filled in when it is stored."""
 
     name: str  # the traced function's FunctionDef name
-    captures: list[list[Any]]  # [path, "variable" | "tensor", dtype enum, shape (list or None)]
+    captures: list[list[Any]]  # [path, "variable" | "tensor" | CONSTANT, dtype enum, shape (list or None)]
     inputs: bytes
     outputs: bytes
     arg_keywords: list[str]
@@ -122,12 +127,14 @@ def capture_paths(concrete: Any, bindings: dict[str, Any]) -> list[list[Any]]:
         else:
             by_id.setdefault(id(obj), (path, "tensor"))
     described = []
-    for captured in concrete.captured_inputs:
+    for captured, internal in zip(concrete.captured_inputs, graph.internal_captures, strict=True):
         found = by_id.get(id(captured))
         if found is None:
             raise Uncacheable("capture", f"it captures a {captured.dtype.name} tensor its code does not name "
                                          "(through an object or a library)")
         path, kind = found
+        if kind == "tensor" and internal.op.type == "Const":  # a small eager tensor: TensorFlow's trace copied it in
+            kind = CONSTANT
         obj = bindings[path]
         described.append([path, kind, obj.dtype.as_datatype_enum, _shape(obj.shape)])
     variable_ids = {id(obj) for obj in bindings.values()}
@@ -226,7 +233,7 @@ def _output_ancestors(fdef: function_pb2.FunctionDef) -> set[str]:
 def encode(described: Described, library: function_pb2.FunctionDefLibrary) -> bytes:
     meta = {"function": described.name, "captures": described.captures,
             "inputs": base64.b64encode(described.inputs).decode(), "outputs": base64.b64encode(described.outputs).decode(),
-            "arg_keywords": described.arg_keywords, "positional": described.positional}
+            "arg_keywords": described.arg_keywords, "positional": described.positional, CAPTURE_KINDS: True}
     if described.called:
         meta["called"] = described.called
     if described.builds:
@@ -248,8 +255,11 @@ def decode(payload: bytes | memoryview) -> StoredTrace:
         trace = StoredTrace(meta["function"], library, meta["captures"], base64.b64decode(meta["inputs"]),
                             base64.b64decode(meta["outputs"]), list(meta["arg_keywords"]), int(meta["positional"]),
                             [str(path) for path in meta.get("called", ())], list(meta.get("builds", ())))
+        older = not meta.get(CAPTURE_KINDS) and any(capture[1] == "tensor" for capture in trace.captures)
     except Exception as exc:  # JSON, protobuf, a missing field: all mean the bytes are not what was stored
         raise CorruptEntryError(f"stored trace does not decode: {type(exc).__name__}: {exc}") from None
+    if older:  # its graph would take a small captured tensor as a Placeholder where TensorFlow's trace has a Const
+        raise CorruptEntryError("stored trace predates constant captures (written by an older graphcache)")
     if not trace.library.function or trace.main.signature.name != trace.function:
         raise CorruptEntryError("stored trace's library does not start with its function")
     return trace
@@ -319,6 +329,7 @@ def restore_graph(trace: StoredTrace, captures: list[Any], function_type: Any, t
     concrete = function_deserialization.load_function_def_library(library, saved_object_graph=objects)[trace.function]
     restore_captures.restore_captures(concrete, captures)
     graph = concrete.graph
+    constant_captures(graph, trace.captures, captures)
     outputs = iter(graph.outputs)
 
     def take(spec: Any) -> Any:
@@ -342,6 +353,27 @@ def restore_graph(trace: StoredTrace, captures: list[Any], function_type: Any, t
     # As a trace's own (shared_func_graph=False): the graph goes with the function unless TensorFlow releases it.
     concrete._garbage_collector = concrete_function_lib.ConcreteFunctionGarbageCollector(graph)
     return concrete
+
+
+def constant_captures(graph: Any, described: list[list[Any]], captures: list[Any]) -> None:
+    """The captures TensorFlow's trace copied in as Consts (CONSTANT), Consts in the rebuilt graph too: the loader
+    makes every captured input a Placeholder. Each is replaced where the graph reads it and in ``graph.inputs``
+    and the capture container, as capture_container.capture_by_value places one."""
+    first = len(graph.inputs) - len(captures)
+    for index, ((_, kind, _, _), tensor) in enumerate(zip(described, captures, strict=True)):
+        if kind != CONSTANT:
+            continue
+        placeholder = graph.inputs[first + index]
+        with graph.as_default():
+            const = tensor._capture_as_const(placeholder.op.name)
+        if const is None:  # not a single constant (capture_by_value keeps a Placeholder then, too)
+            continue
+        for consumer in placeholder.consumers():
+            for position, read in enumerate(consumer.inputs):
+                if read is placeholder:
+                    consumer._update_input(position, const)
+        graph.inputs[first + index] = const
+        graph.function_captures.add_or_replace(key=id(tensor), external=tensor, internal=const, is_by_ref=False)
 
 
 def fresh_hash(concrete: Any) -> str:
