@@ -8,7 +8,8 @@ once per process lives in ``state``:
 - ``plugins``: each enabled plugin's process-wide handle by name (``xla``: the XLA directory TensorFlow is
   bound to, since TensorFlow reads its XLA flags once; ``functions``: the function cache every eager call
   goes through), and the plugin modules registered beyond graphcache's own; ``patched``: what graphcache wrapped in TensorFlow, by name, with the original, so it is
-  wrapped once;
+  wrapped once; ``collecting``: the run metadata or graph collection the program itself has on (a miss then
+  leaves TensorFlow's collector alone: functions/usercollect.py);
 - ``warned``: the kinds of failure already warned about (core/failures.py: a failing disk warns once);
 - ``writers``, ``tiers``, ``deferred``, ``fleet_logs``: background writes, remote tiers with uploads,
   deferred builds and counters owed to the fleet still pending, which the exit drain finishes
@@ -34,6 +35,8 @@ class ProcessState:
         self.plugins: dict[str, Any] = {}
         self.plugin_modules: dict[str, str] = {}  # plugins registered by name (core/plugins.py)
         self.patched: dict[str, Any] = {}
+        # TensorFlow collection the program turned on itself ("run_metadata", "graphs": functions/usercollect.py)
+        self.collecting: set[str] = set()
         self.warned: set[str] = set()
         self.warned_lock = threading.Lock()
         # Weak: a writer, tier or build nobody holds any more has nothing pending (its threads hold it otherwise).

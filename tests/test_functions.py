@@ -19,7 +19,7 @@ import pytest
 
 from graphcache import GraphCache
 from graphcache.entry import codec
-from graphcache.functions import ALIAS_KIND, KIND, hook, optimized
+from graphcache.functions import ALIAS_KIND, KIND, optimized, usercollect
 from graphcache.store import LocalStore
 
 from .helpers import ROOT, run_python
@@ -389,6 +389,57 @@ def test_keras_predict_fit_and_a_loaded_saved_model_hit_in_a_second_process(cach
     assert data["by_kind"]["tf_function_alias"]["hits"] == 0  # an alias's lookups are its target kind's
 
 
+USER_COLLECTION_CHILD = '''
+import json
+import tensorflow as tf
+from tensorflow.python.eager import context
+import graphcache
+
+cache = graphcache.GraphCache({cache_dir!r}, functions={functions})
+
+
+@tf.function
+def f(x):
+    return x * x
+
+
+@tf.function
+def g(x):
+    return x + 1.0
+
+
+@tf.function
+def h(x):
+    return x - 1.0
+
+
+context.enable_run_metadata()  # the program's own (TensorFlow's polymorphic_function_test testRunMetadata)
+f(tf.constant(1.0))
+metadata = context.export_run_metadata()
+context.disable_run_metadata()
+context.enable_graph_collection()  # tf.summary.trace_on(graph=True)'s switch
+first = g(tf.constant(1.0))
+graphs = context.export_run_metadata()
+context.disable_graph_collection()
+later = h(tf.constant(2.0))  # collection off again: its miss collects and stores as ever
+cache.wait_for_writes()
+stats = cache.stats()
+print(json.dumps({{"partition_graphs": len(metadata.partition_graphs), "step_stats": len(metadata.step_stats.dev_stats),
+                  "graphs": len(graphs.function_graphs), "functions": stats.functions,
+                  "reasons": stats.function_reasons}}))
+'''
+
+
+def test_a_program_collecting_run_metadata_or_graphs_keeps_them_and_its_misses_are_counted(cache_dir):
+    plain = run_python(USER_COLLECTION_CHILD.format(cache_dir=str(cache_dir), functions=False))
+    out = run_python(USER_COLLECTION_CHILD.format(cache_dir=str(cache_dir), functions=True))
+    assert plain["partition_graphs"] >= 1 and plain["graphs"] >= 1
+    for collected in ("partition_graphs", "step_stats", "graphs"):  # none taken by a miss's export
+        assert out[collected] == plain[collected], collected
+    assert out["reasons"] == {"user_collection": 2}
+    assert out["functions"] == {"function_hits": 0, "function_compiles": 3, "function_uncacheable": 2}
+
+
 # -- the payload, in this process ------------------------------------------------------------------------------
 def _function_and_graph(also_call=None):
     """``f``'s FunctionDef and what the eager context collected at its first call (serialized RunMetadata);
@@ -407,7 +458,7 @@ def _function_and_graph(also_call=None):
         concrete(tf.ones([2, 2]))
         if also_call is not None:
             also_call()
-        metadata = hook.export_run_metadata(ctx)
+        metadata = usercollect.export_run_metadata(ctx)
     finally:
         ctx.disable_graph_collection()
     return concrete.function_def, metadata

@@ -45,7 +45,7 @@ XLA_COUNTERS = ("xla_hits", "xla_compiles", "xla_materialized", "xla_bad_files",
 FUNCTION_COUNTERS = ("function_hits", "function_compiles", "function_uncacheable")
 FUNCTION_UNCACHEABLE = "function_uncacheable"
 FUNCTION_REASONS = ("jit_compile", "busy", "not_collected", "typed_outputs", "control_outputs", "incomplete",
-                    "signature", "introduced_ops", "file_name")
+                    "signature", "introduced_ops", "file_name", "user_collection")
 # tf.function traces (traces/): traces served from the cache, traces that missed (and were stored), and traces
 # that could not be cached at all (``trace_uncacheable``, also by reason: ``trace_uncacheable.<reason>``,
 # TRACE_REASONS). Hits and misses are the tf_trace kind's lookups, under these older-style names too.

@@ -34,6 +34,7 @@ from typing import Any
 from .. import runtime
 from ..core import plugins, settings
 from ..core.service import EntryService
+from . import usercollect
 from .hook import ALIAS_KIND, KIND, PLUGIN, FunctionCache
 
 ENV_FUNCTIONS = settings.ENV_FUNCTIONS
@@ -64,6 +65,7 @@ def enable(cache: EntryService, *, replace: bool = False) -> FunctionCache | Non
     with _lock:
         current = plugins.one_per_process(NAME, cache, FunctionCache, replace=replace, what="TF2 functions")
         _install()
+        usercollect.install()
         return current
 
 

@@ -41,7 +41,6 @@ import threading
 import time
 from typing import Any
 
-from tensorflow.python import pywrap_tfe
 from tensorflow.python.eager import context
 
 from ..core import plugins
@@ -51,7 +50,7 @@ from ..core.gcpause import collector_paused
 from ..core.service import EntryService
 from ..entry import codec, kinds
 from ..errors import CacheIOError, CorruptEntryError, UntrustedEntryError
-from . import keying, optimized
+from . import keying, optimized, usercollect
 from .tfdir import TFDir, take_over_variable
 
 log = logging.getLogger("graphcache")
@@ -198,8 +197,13 @@ class FunctionCache:
             self.cache.count_lookup(KIND, misses=1, compiles=1)
             self.cache.count_uncacheable("read_only")
             return run()
+        if usercollect.program_collects():  # exporting would take the program's own metadata and graphs
+            self.cache.count_lookup(KIND, misses=1, compiles=1)
+            self._not_cached(call.name, optimized.NotStorable(
+                "user_collection", "first-called while the program collects run metadata or graphs itself"))
+            return run()
         call.start_canonical()  # the entry's key, computed while TensorFlow optimizes (keying.py)
-        ctx.enable_graph_collection()
+        usercollect.collect_graphs(ctx, True)
         start = time.perf_counter()
         metadata = None
         try:
@@ -207,9 +211,9 @@ class FunctionCache:
         finally:
             seconds = time.perf_counter() - start
             try:
-                metadata = export_run_metadata(ctx)
+                metadata = usercollect.export_run_metadata(ctx)
             finally:
-                ctx.disable_graph_collection()
+                usercollect.collect_graphs(ctx, False)
         self.cache.count_lookup(KIND, misses=1, compiles=1, compile_seconds=seconds)
         if metadata is not None:
             if self.cache.strict:  # failures must reach the caller
@@ -288,13 +292,3 @@ class FunctionCache:
         self.cache.failure("function_error", what, exc, consequence="the function is compiled without the cache",
                            uncacheable=False)
 
-
-def export_run_metadata(ctx: Any) -> bytes:
-    """What the eager context collected, as a serialized RunMetadata (``Context.export_run_metadata`` without
-    its parse: the store parses only the graph it takes, off the caller's path; optimized.pick_collected)."""
-    from tensorflow.python.client import pywrap_tf_session
-    from tensorflow.python.framework import c_api_util
-
-    with c_api_util.tf_buffer() as buffer:
-        pywrap_tfe.TFE_ContextExportRunMetadata(ctx._handle, buffer)
-        return pywrap_tf_session.TF_GetBuffer(buffer)
