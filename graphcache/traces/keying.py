@@ -48,6 +48,7 @@ from tensorflow.core.function.trace_type import default_types
 from tensorflow.python.eager import context
 from tensorflow.python.eager.polymorphic_function import function_context, tracing_compilation, transform
 from tensorflow.python.framework import ops
+from tensorflow.python.ops import summary_ops_v2
 from tensorflow.python.saved_model import save_context
 
 from ..entry.keyparts import combine, hash_json
@@ -112,6 +113,9 @@ def check_context(scope_type: Any) -> Any:
         raise Uncacheable("context", "traced while a SavedModel is being exported")
     if transform.FUNC_GRAPH_TRANSFORMS or transform.CONCRETE_FUNCTION_CALLBACKS:
         raise Uncacheable("context", "TensorFlow has function-graph transforms or callbacks registered")
+    if summary_ops_v2.has_default_writer():  # tf.summary ops emit only with one (a trace without is cached)
+        raise Uncacheable("context", "traced while a tf.summary default writer is set (its summary ops write to "
+                                     "that writer, its step and its recording condition)")
     function_context_now = function_context.make_function_context(scope_type)
     eager = function_context_now.context
     if eager.parent_graph is not None or eager.colocation_stack or eager.variable_policy is not None:

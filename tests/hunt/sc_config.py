@@ -8,6 +8,28 @@ from .model import LIBRARY_CONFIG, Scenario, Variant
 
 SCENARIOS = [
     Scenario(
+        "summary_default_writer", LIBRARY_CONFIG,
+        program='''
+import glob, os, tempfile
+import tensorflow as tf
+
+@tf.function
+def step(x):
+    tf.summary.write("x", x, step=0)  # emits a summary op only where a default writer is set
+    return x * 2.0
+
+logdir = tempfile.mkdtemp()
+if @V@:
+    writer = tf.summary.create_file_writer(logdir)
+    with writer.as_default():
+        out = step(tf.constant(3.0))
+    writer.flush()
+else:
+    out = step(tf.constant(3.0))
+report([float(out), sum(os.path.getsize(f) for f in glob.glob(os.path.join(logdir, "*")))])
+''', a=Variant("False"), b=Variant("True"), why="tf.summary's default writer (thread state) decides whether the "
+                                                   "trace holds summary ops"),
+    Scenario(
         "keras_epsilon_in_loss", LIBRARY_CONFIG,
         program='''
 import tensorflow as tf
