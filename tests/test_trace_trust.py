@@ -110,6 +110,21 @@ def test_user_code_in_site_packages_or_a_namespace_package_is_walked_not_named(t
         _fresh_trust()
 
 
+def test_the_versions_part_holds_the_interpreters_optimize_level(monkeypatch):
+    """-O compiles the trusted libraries' asserts and ``if __debug__:`` blocks out, whatever their files say."""
+    from graphcache.traces import keying
+    from graphcache.traces.walk import Walk
+
+    walk = Walk()
+    walk.packages.add("tensorflow")
+    plain = keying.versions_part(walk)
+    assert keying.versions_part(walk) == plain
+    optimized = types.SimpleNamespace(version=sys.version, implementation=sys.implementation,
+                                      flags=types.SimpleNamespace(optimize=sys.flags.optimize + 1))
+    monkeypatch.setattr(keying, "sys", optimized)
+    assert keying.versions_part(walk) != plain
+
+
 def test_a_trusted_name_loaded_from_elsewhere_is_not_trusted(monkeypatch):
     importlib.import_module("gast")  # the real one first: trust is judged for what this process loaded
     trust = _fresh_trust()

@@ -18,7 +18,7 @@
   dtype policy, TensorFlow's NumPy behaviour, op determinism, op callbacks, the global random seed, ...), and
   ``PYTHONHASHSEED`` where walked code builds a set (its iteration order is the seed's; refused when the seed
   is random);
-- ``versions``: Python (bytecode), TensorFlow, graphcache, and the identity of each trusted package the walk
+- ``versions``: Python (bytecode, its -O level), TensorFlow, graphcache, and the identity of each trusted package the walk
   named (trust.py: distribution name, version and a hash of its installed file list);
 - ``identity``: the compiler identity (the cache's).
 
@@ -186,9 +186,11 @@ def versions_part(walk: Walk) -> str:
     import tensorflow as tf
 
     packages = {name: trust.identity(name) for name in sorted(walk.packages)}
+    # -O/-OO: the trusted libraries' own asserts and `if __debug__:` blocks are compiled out (their identity is
+    # their files', whatever the interpreter makes of them)
     return hash_json({"python": sys.version, "implementation": sys.implementation.cache_tag,
-                      "tensorflow": tf.version.VERSION, "tf_git": tf.version.GIT_VERSION,
-                      "graphcache": package_version(), "packages": packages})
+                      "optimize": sys.flags.optimize, "tensorflow": tf.version.VERSION,
+                      "tf_git": tf.version.GIT_VERSION, "graphcache": package_version(), "packages": packages})
 
 
 def walk_root(root: Any, before: dict[Any, Any] | None = None, reuse_configs: dict[str, Any] | None = None) -> Walk:
