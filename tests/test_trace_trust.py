@@ -319,6 +319,10 @@ def _settings_changes():
         old = np.seterr(divide="raise")
         return lambda: np.seterr(**old)
 
+    def compat_v1():
+        tf.compat.v1.disable_tensor_equality()  # `x == y` of tensors compares identities while traced
+        return tf.compat.v1.enable_tensor_equality
+
     return {
         "keras.floatx": keras_setting(keras.config.set_floatx, keras.config.floatx, "float16"),
         "keras.epsilon": keras_setting(keras.config.set_epsilon, keras.config.epsilon, 1e-3),
@@ -337,6 +341,7 @@ def _settings_changes():
         "tf.device_policy": device_policy,
         "tf.soft_device_placement": soft_placement,
         "tf.tensor_float_32": tf32,
+        "tf.compat_v1": compat_v1,
         "numpy.state": numpy_state,
     }
 
@@ -360,7 +365,7 @@ def test_every_setting_of_the_snapshot_is_tested():
 CHANGEABLE = ("keras.floatx", "keras.epsilon", "keras.image_data_format", "keras.dtype_policy", "keras.flash_attention",
               "tf.numpy_behavior", "tf.op_determinism", "tf.op_callbacks", "tf.global_seed", "tf.run_functions_eagerly",
               "tf.optimizer_jit", "tf.optimizer_options", "tf.device_policy", "tf.soft_device_placement",
-              "tf.tensor_float_32", "numpy.state")
+              "tf.tensor_float_32", "tf.compat_v1", "numpy.state")
 
 
 @pytest.mark.parametrize("name", CHANGEABLE)

@@ -98,6 +98,16 @@ def _run_eagerly() -> bool:
     return bool(eager_function_run.functions_run_eagerly())
 
 
+def _compat_switches() -> list[Any]:
+    """TensorFlow 1 compatibility switches that change what Python code does with tensors while it is traced."""
+    from tensorflow.python import tf2
+    from tensorflow.python.framework import tensor, tensor_shape
+    from tensorflow.python.ops import control_flow_util
+
+    return [bool(tensor.Tensor._USE_EQUALITY), bool(tensor_shape.TensorShape([1])._v2_behavior), bool(tf2.enabled()),
+            bool(control_flow_util.ENABLE_CONTROL_FLOW_V2)]
+
+
 def _numpy_state() -> list[Any]:
     import numpy as np
 
@@ -128,6 +138,9 @@ SETTINGS: tuple[Setting, ...] = (
             "tf.config.list_logical_devices and device strings read while tracing"),
     Setting("tf.tensor_float_32", lambda: bool(_config().tensor_float_32_execution_enabled()),
             "matmul and convolution precision"),
+    Setting("tf.compat_v1", _compat_switches,
+            "disable_tensor_equality (== compares identities, not values), disable_v2_tensorshape (shape[i] is a "
+            "Dimension), disable_v2_behavior, disable_control_flow_v2"),
     Setting("numpy.state", _numpy_state, "NumPy's error handling and print options for values computed at trace time"),
 )
 

@@ -8,6 +8,19 @@ from .model import LIBRARY_CONFIG, Scenario, Variant
 
 SCENARIOS = [
     Scenario(
+        "tensor_equality_switch", LIBRARY_CONFIG,
+        program='''
+import tensorflow as tf
+@V@
+
+@tf.function
+def f(x, y):
+    return tf.cast(x == y, tf.float32)  # an Equal op, or (equality disabled) Python's identity test: False
+
+report(f(tf.constant([1.0, 2.0]), tf.constant([1.0, 3.0])))
+''', a=Variant("pass"), b=Variant("tf.compat.v1.disable_tensor_equality()"),
+        why="a TensorFlow 1 compatibility switch changes what == of two tensors does while tracing"),
+    Scenario(
         "summary_default_writer", LIBRARY_CONFIG,
         program='''
 import glob, os, tempfile
