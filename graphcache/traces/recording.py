@@ -14,7 +14,12 @@ runs, and refused (``recorded``) when it:
   duration (``posix.environ``, the start-up copy, is a plain dict no watch can see: walked code that reaches
   ``posix`` is refused, stateful.py);
 - raised any **other audit event** not in ``HARMLESS_EVENTS`` (sockets, subprocesses, directory listings,
-  unpickling, ``ctypes``, ...).
+  unpickling, ``ctypes``, ...);
+- **read or wrote a variable eagerly**: code under ``tf.init_scope()`` (or any eager context inside the trace)
+  that reads a ``tf.Variable``'s value (``v.numpy()``, ``float(v)``) bakes this process's value into the graph,
+  and one that assigns it does so once, at trace time; the key holds variables by dtype, shape and device only
+  (their values are bound at run time), so neither can be replayed. Seen by watching the resource variable
+  class's reads and assignments on the tracing thread while it executes eagerly.
 
 Cost: the audit hook and the environment watch are added once per process, at the first miss, and stay (a hook
 cannot be removed, PEP 578); both return at once unless this thread is recording. Python 3.11 has no cheap way to see every function a
@@ -61,6 +66,7 @@ class Record:
         self.imported: list[str] = []
         self.environment: list[str] = []
         self.events: list[str] = []
+        self.variables: list[tuple[str, str]] = []  # (read or assigned, the variable's name)
 
     def problems(self) -> list[str]:
         found = [f"opened {path}" for path in dict.fromkeys(self.opened)]
@@ -69,6 +75,8 @@ class Record:
         found += [f"read the environment variable {name}" for name in dict.fromkeys(self.environment)
                   if name not in ALLOWED_ENV]
         found += [f"raised the audit event {event}" for event in dict.fromkeys(self.events)]
+        found += [f"{access} the variable {name} eagerly ({VARIABLE_ACCESS_WHY[access]})"
+                  for access, name in dict.fromkeys(self.variables)]
         return found
 
 
@@ -143,7 +151,52 @@ def _install() -> None:
         for environ in (os.environ, getattr(os, "environb", None)):  # environb: POSIX only
             if environ is not None and type(environ) is _WatchedEnviron.__mro__[1]:
                 environ.__class__ = _WatchedEnviron
+        _watch_variables()
         runtime.state.patched[PATCH] = original
+
+
+# The resource variable methods every eager read and assignment goes through (numpy(), value(), read_value(),
+# float(v) and v + 1 all read through _read_variable_op), and what each does.
+VARIABLE_ACCESS_WHY = {"read": "its value at trace time would be in the graph",
+                       "assigned": "once, at trace time: a hit would not assign it"}
+WATCHED = "_graphcache_watched"  # marks a wrapper (TensorFlow's own decorators set __wrapped__ too)
+VARIABLE_ACCESS = {"_read_variable_op": "read", "sparse_read": "read", "gather_nd": "read", "assign": "assigned",
+                   "assign_add": "assigned", "assign_sub": "assigned"}
+
+
+def _watch_variables() -> None:
+    """Wrap the methods where each resource variable class defines them (ResourceVariable holds its own
+    references to BaseResourceVariable's: a wrapper on the base alone would not see ``tf.Variable``'s calls)."""
+    from tensorflow.python.ops import resource_variable_ops
+
+    classes, queue = [], [resource_variable_ops.BaseResourceVariable]
+    while queue:
+        cls = queue.pop()
+        classes.append(cls)
+        queue.extend(sub for sub in cls.__subclasses__() if sub not in classes)
+    for cls in classes:
+        for name, access in VARIABLE_ACCESS.items():
+            method = vars(cls).get(name)
+            if callable(method) and not getattr(method, WATCHED, False):
+                setattr(cls, name, _watched(method, access))
+
+
+def _watched(method: Any, access: str) -> Any:
+    def watched(variable: Any, *args: Any, **kwargs: Any) -> Any:
+        record = getattr(_state, "record", None)
+        if record is not None and _eager():
+            record.variables.append((access, str(getattr(variable, "name", "?"))))
+        return method(variable, *args, **kwargs)
+
+    watched.__wrapped__ = method  # type: ignore[attr-defined]
+    setattr(watched, WATCHED, True)
+    return watched
+
+
+def _eager() -> bool:
+    from tensorflow.python.eager import context
+
+    return context.executing_eagerly()
 
 
 @contextlib.contextmanager

@@ -54,6 +54,30 @@ def mylib(text: str = MYLIB) -> tuple[Installed, ...]:
 
 
 SCENARIOS = [
+    Scenario("init_scope_variable_value", LIBRARY_STATE, program='''
+import tensorflow as tf
+v = tf.Variable(@V@)
+
+@tf.function
+def f(x):
+    with tf.init_scope():  # eager inside the trace: the variable's value now is baked into the graph
+        scale = float(v.numpy())
+    return x * scale
+
+report(f(tf.constant(1.0)))
+''', a=Variant("1.0"), b=Variant("2.0"), why="a variable's value read eagerly while tracing (init_scope)"),
+    Scenario("init_scope_variable_assign", LIBRARY_STATE, program='''
+import tensorflow as tf
+v = tf.Variable(0.0)
+
+@tf.function
+def f(x):
+    with tf.init_scope():  # runs once, at trace time: a hit would skip it
+        v.assign(@V@)
+    return x + 1.0
+
+report([f(tf.constant(1.0)), v])
+''', a=Variant("1.0"), b=Variant("2.0"), why="a variable assigned eagerly while tracing: a hit would not assign it"),
     Scenario(
         "lib_module_attribute", LIBRARY_STATE, installed=mylib(),
         program='''
