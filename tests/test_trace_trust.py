@@ -125,6 +125,38 @@ def test_the_versions_part_holds_the_interpreters_optimize_level(monkeypatch):
     assert keying.versions_part(walk) != plain
 
 
+def test_an_attribute_the_program_sets_on_a_trusted_module_is_keyed_by_its_value(monkeypatch):
+    """tf.nn.relu replaced: library code that calls it traces another graph (libwrites.py)."""
+    import tensorflow as tf
+
+    from graphcache import runtime
+    from graphcache.traces import libwrites
+    from graphcache.traces.walk import Uncacheable, Walk
+
+    libwrites.install()
+    api = tf.nn  # the module Keras' TensorFlow backend reads relu from when it traces a relu layer
+    monkeypatch.setattr(runtime.state, "library_writes", set())
+
+    def digest() -> str:
+        walk = Walk()
+        libwrites.key(walk)
+        return walk.digest()
+
+    untouched = digest()
+    original = api.relu
+    monkeypatch.setattr(api, "relu", lambda features, name=None: original(features, name) * 2.0)
+    assert (api.__name__, "relu") in runtime.state.library_writes
+    doubled = digest()
+    assert doubled != untouched
+    monkeypatch.setattr(api, "relu", lambda features, name=None: original(features, name) * 3.0)
+    assert digest() not in (doubled, untouched)  # keyed by its code
+    monkeypatch.setattr(api, "relu", original)  # the library's own again: nothing keyed
+    assert digest() == untouched
+    monkeypatch.setattr(api, "relu", object())  # a value the walk cannot key: the trace is refused
+    with pytest.raises(Uncacheable):
+        digest()
+
+
 def test_a_trusted_name_loaded_from_elsewhere_is_not_trusted(monkeypatch):
     importlib.import_module("gast")  # the real one first: trust is judged for what this process loaded
     trust = _fresh_trust()

@@ -104,6 +104,9 @@ def enable(cache: EntryService, *, replace: bool = False) -> TraceCache | Pendin
     with _lock:
         current = plugins.one_per_process(NAME, cache, Pending, replace=replace, what="tf.function traces")
         _install()
+        from . import libwrites  # (TensorFlow-importing: this package's import stays light)
+
+        libwrites.install()
         return current
 
 

@@ -53,7 +53,7 @@ from tensorflow.python.saved_model import save_context
 
 from ..entry.keyparts import combine, hash_json
 from ..version import package_version
-from . import ambient, instance, kerasfit, kerasstep, objects, structure, trust
+from . import ambient, instance, kerasfit, kerasstep, libwrites, objects, structure, trust
 from .walk import GUARD_TEXT, Uncacheable, Walk
 
 log = logging.getLogger("graphcache")
@@ -219,6 +219,7 @@ def compute(root: Any, function_type: Any, tracing_options: Any, function_contex
     """The key of tracing ``root`` (the user's Python function or a Keras predict step) for ``function_type``;
     raises Uncacheable."""
     walk = walk_root(root)
+    libwrites.key(walk)  # what the program set on the trusted libraries' modules
     keyed = frozenset(name for name, _ in root.objects) if isinstance(root, Arguments) else frozenset()
     signature, structures = signature_part(function_type, tracing_options, keyed)
     walk.packages |= structures.packages  # the trusted packages of the arguments' classes, in ``versions``
@@ -249,6 +250,7 @@ def same_reads(before: Walk, root: Any, state: dict[Any, Any] | None = None) -> 
     optimizers it built without making variables, which a hit redoes)."""
     try:
         again = walk_root(root, state, before.configs)
+        libwrites.key(again)
     except Uncacheable:
         return False
     return again.digest() == before.digest() and list(again.bindings) == list(before.bindings) and all(
