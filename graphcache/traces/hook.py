@@ -15,7 +15,8 @@ A trace (only a top-level one, in eager mode: traces nested inside another trace
    scope, autograph, and for a decorated method the bound-method wrapper of ``Function.__get__``). A method
    is keyed with its object (instance.py: the attributes its code reads); a partial, a callable object or
    library code (tf.data's own functions) is not cached; Keras' predict step is keyed by its model
-   (kerasstep.py), its train and test steps by the model and its compile state, built first (kerasfit.py);
+   (kerasstep.py), its train and test steps by the model and its compile state, built first (kerasfit.py), the
+   serving function ``tf.saved_model.save`` exports for it as its predict step (kerasserve.py);
 2. computes the key (keying.py, walk.py) or refuses (``Uncacheable``: counted ``trace_uncacheable`` and
    by reason, logged at INFO) and traces as TensorFlow does;
 3. hit: the stored trace is registered in the eager context and bound to this process's variables
@@ -67,7 +68,7 @@ from ..core.service import EntryService
 from ..entry import codec, kinds
 from ..entry.keyparts import hash_json
 from ..errors import CacheIOError, CorruptEntryError
-from . import building, instance, kerasfit, kerasstep, keying, objects, recording, stored, warned
+from . import building, instance, kerasfit, kerasserve, kerasstep, keying, objects, recording, stored, warned
 from .walk import Uncacheable, is_library
 
 log = logging.getLogger("graphcache")
@@ -104,7 +105,8 @@ def user_function(tracing_options: Any) -> types.FunctionType | KerasStep | inst
         return instance.bound_method(target)
     if not isinstance(target, types.FunctionType):
         raise Uncacheable("not_a_function", f"it traces a {type(target).__name__}, not a Python function")
-    step: KerasStep | None = kerasstep.predict_step(target) or kerasfit.fit_step(target)
+    step: KerasStep | None = kerasstep.predict_step(target) or kerasfit.fit_step(target) or \
+        kerasserve.serving_step(target)
     if step is not None:
         return step
     if is_library(getattr(target, "__module__", None) or ""):
@@ -196,7 +198,9 @@ class TraceCache:
         if found[1].builds and not self.verify and not building.redo(key.walk, found[1].builds):
             return None
         warned.give(found[0].extra.get("warnings") or [])  # as its Python would have
-        if isinstance(root, kerasstep.PredictStep):
+        if isinstance(root, kerasserve.ServeStep):
+            kerasserve.after_hit(root)
+        elif isinstance(root, kerasstep.PredictStep):
             kerasstep.after_hit(root)
         elif isinstance(root, kerasfit.FitStep):
             kerasfit.after_hit(root)
@@ -311,7 +315,8 @@ class TraceCache:
             if not keying.same_reads(key.walk, root, before):
                 raise Uncacheable("side_effect", "its trace changed a value it reads (appended to a list, ...)")
             described = stored.describe(concrete, key.walk.bindings)
-            described.forward_only = isinstance(root, KERAS_STEPS)
+            # A SavedModel's serving function may be differentiated once loaded: not forward only
+            described.forward_only = isinstance(root, KERAS_STEPS) and not isinstance(root, kerasserve.ServeStep)
             described.called = objects.calls(key.walk, before)
             described.builds = builds
             described.warnings = given
