@@ -68,7 +68,19 @@ from ..core.service import EntryService
 from ..entry import codec, kinds
 from ..entry.keyparts import hash_json
 from ..errors import CacheIOError, CorruptEntryError
-from . import building, instance, kerasfit, kerasserve, kerasstep, keying, objects, recording, stored, warned
+from . import (
+    building,
+    instance,
+    kerasfit,
+    kerasserve,
+    kerasstep,
+    keying,
+    logged,
+    objects,
+    recording,
+    stored,
+    warned,
+)
 from .walk import Uncacheable, is_library
 
 log = logging.getLogger("graphcache")
@@ -197,7 +209,9 @@ class TraceCache:
         # The optimizers its trace built (the fresh trace of GRAPHCACHE_TRACE_VERIFY built them already)
         if found[1].builds and not self.verify and not building.redo(key.walk, found[1].builds):
             return None
-        warned.give(found[0].extra.get("warnings") or [])  # as its Python would have
+        if not self.verify:  # as its Python would have (a verified hit's fresh trace gave them itself)
+            warned.give(found[0].extra.get("warnings") or [])
+            logged.give(found[0].extra.get("logged") or [])
         if isinstance(root, kerasserve.ServeStep):
             kerasserve.after_hit(root)
         elif isinstance(root, kerasstep.PredictStep):
@@ -300,7 +314,7 @@ class TraceCache:
         optimizers = building.unbuilt(key.walk)
         start = time.perf_counter()
         with variable_scope.variable_creator_scope(note_creation), recording.record() as record, \
-                warned.recorded() as given:
+                warned.recorded() as given, logged.recorded() as records:
             concrete = trace()
         seconds = time.perf_counter() - start
         try:
@@ -319,7 +333,7 @@ class TraceCache:
             described.forward_only = isinstance(root, KERAS_STEPS) and not isinstance(root, kerasserve.ServeStep)
             described.called = objects.calls(key.walk, before)
             described.builds = builds
-            described.warnings = given
+            described.warnings, described.logged = given, records
         except Uncacheable as exc:
             self._uncacheable(name, exc)
             return concrete
@@ -398,7 +412,8 @@ class TraceCache:
             created=time.time(), compile_seconds=seconds, key_parts=key.parts,
             extra={"function": described.name, "functions": len(library.function),
                    "nodes": sum(len(fdef.node_def) for fdef in library.function), "captures": len(described.captures),
-                   "guards": key.guards, **({"warnings": described.warnings} if described.warnings else {})})
+                   "guards": key.guards, **({"warnings": described.warnings} if described.warnings else {}),
+                   **({"logged": described.logged} if described.logged else {})})
         if self.cache.write_entry(header, payload):
             log.info("graphcache trace stored %s key=%s %.3fs", name, key.key, seconds)
 

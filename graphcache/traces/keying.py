@@ -52,7 +52,7 @@ from tensorflow.python.framework import ops
 
 from ..entry.keyparts import combine, hash_json
 from ..version import package_version
-from . import ambient, instance, kerasfit, kerasstep, objects, savecontext, structure, trust
+from . import ambient, instance, kerasfit, kerasstep, logged, objects, savecontext, structure, trust
 from .walk import GUARD_TEXT, Uncacheable, Walk
 
 log = logging.getLogger("graphcache")
@@ -163,7 +163,8 @@ def context_part(function_context_now: Any) -> str:
 
 
 def settings_values(walk: Walk) -> dict[str, Any]:
-    """ambient.py's snapshot, and the string hash seed where walked code builds a set it may iterate."""
+    """ambient.py's snapshot, whether the loggers logged.py records show warnings, and the string hash seed where
+    walked code builds a set it may iterate."""
     extra = {}
     if walk.hash_order is not None:
         seed = os.environ.get("PYTHONHASHSEED", "random")
@@ -172,7 +173,8 @@ def settings_values(walk: Walk) -> dict[str, Any]:
                                             "process's hash seed, which is random (set PYTHONHASHSEED, or iterate "
                                             "sorted(...))")
         extra["python.hash_seed"] = int(seed)
-    return {**ambient.snapshot(), **extra}
+    # Whether TensorFlow's, absl's and Keras' loggers show warnings: what a stored trace's recording could see
+    return {**ambient.snapshot(), "logging.warnings_shown": logged.shown(), **extra}
 
 
 def versions_part(walk: Walk) -> str:

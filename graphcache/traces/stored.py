@@ -82,6 +82,7 @@ class Described:
     called: list[str] = field(default_factory=list)  # layers the trace called first (objects.py), by walk path
     builds: list[Any] = field(default_factory=list)  # optimizers it built without variables (building.py's JSON)
     warnings: list[list[Any]] = field(default_factory=list)  # given while it traced (warned.py), given on a hit
+    logged: list[list[Any]] = field(default_factory=list)  # TF's, absl's, Keras' logging warnings (logged.py)
 
 
 @dataclass
