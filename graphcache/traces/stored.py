@@ -58,7 +58,7 @@ from tensorflow.python.util import nest
 
 from ..compile.functionlib import canonical_function_hash, op_types, reachable_library
 from ..errors import CorruptEntryError
-from . import lazy
+from . import fnrefs, lazy
 from .walk import Uncacheable
 
 MAGIC = b"GCTRACE1"
@@ -102,7 +102,7 @@ class StoredTrace:
         return self.library.function[0]
 
     def canonical_hash(self) -> str:
-        return canonical_function_hash(self.main, {f.signature.name: f for f in self.library.function[1:]})
+        return library_hash(self.library)
 
 
 def _shape(shape: Any) -> list[Any] | None:
@@ -347,7 +347,13 @@ def restore_graph(trace: StoredTrace, captures: list[Any], function_type: Any, t
 
 def fresh_hash(concrete: Any) -> str:
     """The canonical hash of a fresh trace's library (what GRAPHCACHE_TRACE_VERIFY compares)."""
-    library = library_of(concrete.function_def.signature.name)
+    return library_hash(library_of(concrete.function_def.signature.name))
+
+
+def library_hash(library: function_pb2.FunctionDefLibrary) -> str:
+    """The canonical hash of a library (its first function calling the rest), function names held in string
+    attributes compared as references (fnrefs.py)."""
+    library = fnrefs.by_call_order(fnrefs.as_references(library))
     return canonical_function_hash(library.function[0], {f.signature.name: f for f in library.function[1:]})
 
 
