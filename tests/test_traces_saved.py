@@ -4,7 +4,8 @@ Fresh processes (tests.helpers.run_python) save a tf.Module (an ``input_signatur
 an ``input_signature``'d ``__call__``) and a functional Keras model (Keras' ``serving_default``) with
 ``tf.saved_model.save``, load both back and call them. A cold process stores the traces the saves make, a warm one
 (with ``GRAPHCACHE_TRACE_VERIFY=1``: each hit traced anyway and compared) hits them, and the SavedModels it writes
-load and give plain TensorFlow's results bitwise, function aliases included. A save with another variable policy
+load and give plain TensorFlow's results bitwise, function aliases included. ``__call__``, traced inside ``serve``'s
+trace in the cold process, is stored as its top-level call would be (nested.py), and hit too. A save with another variable policy
 (the one option tracing reads: savecontext.py) misses each, with plain's results; a save with other
 ``function_aliases`` (read after tracing only) hits.
 """
@@ -68,15 +69,17 @@ out["log"] = [m for level, m in messages]
 print(json.dumps(out))
 '''
 RESULTS = ("module", "module_call", "aliases", "keras")
-# serve (Module); serving_default of the functional model. __call__ is traced inside serve in the cold process
-# (a nested trace, part of serve's: not stored) and at the top of the save in a warm one, where serve hit.
-STORED_COLD = {"serve (Module)", "serving_default (functional)"}
+# serve (Module); __call__ (Module), traced inside serve's trace and stored as its top-level call would be
+# (nested.py); serving_default of the functional model.
+STORED_COLD = {"serve (Module)", "__call__ (Module)", "serving_default (functional)"}
+# A verified hit traces serve anyway, and __call__ inside it: the save finds it traced (TensorFlow's own cache).
+VERIFIED_HITS = STORED_COLD - {"__call__ (Module)"}
 VERIFIED = "verified against a fresh trace"
 
 
-def child(cache_dir, variant: dict) -> dict:
+def child(cache_dir, variant: dict, verify: bool = True) -> dict:
     code = CHILD.format(variant=variant, capture=trace_child_preamble(cache_dir), use_cache=cache_dir is not None)
-    return run_python(code, env={"GRAPHCACHE_TRACE_VERIFY": "1"}, timeout=600)
+    return run_python(code, env={"GRAPHCACHE_TRACE_VERIFY": "1" if verify else "0"}, timeout=600)
 
 
 def results(out: dict) -> dict:
@@ -100,12 +103,12 @@ def test_traces_of_a_save_hit_in_a_later_save_with_plain_results(cache_dir):
     warm = child(cache_dir, BASE)  # verified: every hit traced anyway and compared
     assert not warm["errors"], warm["log"]
     assert results(warm) == results(plain), "the SavedModel a hit wrote gives plain's results, bitwise"
-    assert named(warm["log"], "hit") == STORED_COLD, warm["log"]
-    assert sum(VERIFIED in m for m in warm["log"]) == len(STORED_COLD), warm["log"]
+    assert named(warm["log"], "hit") == VERIFIED_HITS, warm["log"]
+    assert sum(VERIFIED in m for m in warm["log"]) == len(VERIFIED_HITS), warm["log"]
 
-    aliased = child(cache_dir, {**BASE, "alias": "another_alias"})  # not read while tracing: a hit
+    aliased = child(cache_dir, {**BASE, "alias": "another_alias"}, verify=False)  # not read while tracing: a hit
     assert results(aliased) == {**results(plain), "aliases": ["another_alias"]}, aliased["log"]
-    assert named(aliased["log"], "hit") >= STORED_COLD and not named(aliased["log"], "stored"), aliased["log"]
+    assert named(aliased["log"], "hit") == STORED_COLD and not named(aliased["log"], "stored"), aliased["log"]
 
 
 @pytest.mark.slow

@@ -102,9 +102,10 @@ def guard_changes(stored: dict[str, str], now: dict[str, str], limit: int = 6) -
     return changes[:limit] + ([f"... {len(changes) - limit} more"] if len(changes) > limit else [])
 
 
-def check_context(scope_type: Any) -> Any:
-    """The FunctionContext TensorFlow keys this trace by, when graphcache can cache a trace in it."""
-    if not context.executing_eagerly() or ops.inside_function():
+def check_context(scope_type: Any, nested: bool = False) -> Any:
+    """The FunctionContext TensorFlow keys this trace by, when graphcache can cache a trace in it. ``nested``: a
+    trace inside another one's, keyed under ``ops.init_scope`` (nested.py: eager, the outer graph still the default)."""
+    if not context.executing_eagerly() or (ops.inside_function() and not nested):
         raise Uncacheable("context", "traced inside another graph (it is part of that graph's trace)")
     if ops.get_default_graph()._distribution_strategy_stack:  # TensorFlow's own check (function_context.py)
         raise Uncacheable("context", "traced under a distribution strategy")

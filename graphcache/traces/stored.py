@@ -83,6 +83,7 @@ class Described:
     builds: list[Any] = field(default_factory=list)  # optimizers it built without variables (building.py's JSON)
     warnings: list[list[Any]] = field(default_factory=list)  # given while it traced (warned.py), given on a hit
     logged: list[list[Any]] = field(default_factory=list)  # TF's, absl's, Keras' logging warnings (logged.py)
+    nested: list[dict[str, Any]] = field(default_factory=list)  # tf.functions it traced inside (nested.py)
 
 
 @dataclass
