@@ -335,7 +335,7 @@ class TraceCache:
                 found = self._lookup(key)
             nested.check_context(tracing_options.scope_type, context_now)
         except (Uncacheable, RecursionError) as exc:
-            log.info("graphcache: the nested trace of %s is not cached: %s", tracing_options.name, exc)
+            log.debug("graphcache: the nested trace of %s is not cached: %s", tracing_options.name, exc)
             return trace()
         except CacheIOError:
             raise
@@ -383,7 +383,8 @@ class TraceCache:
         if counted:
             self.cache.count_lookup(KIND, misses=1, compiles=1, compile_seconds=seconds)
         if self.cache.read_only:
-            self.cache.count_uncacheable("read_only")
+            if counted:
+                self.cache.count_uncacheable("read_only")
             return concrete
         if counted:
             self._flush(root)
