@@ -159,3 +159,36 @@ def test_locate_finds_methods_of_objects_and_tf_functions_of_globals():
                          instance.BoundMethod(outer.inner, Inner.run._python_function)) in (["arg:m", "run"],
                                                                                               ["self", "inner", "run"])
     assert nested.locate(root, instance.BoundMethod(Inner(), Inner.run._python_function)) is None, "another object"
+
+
+def test_a_nested_trace_whose_graph_inherits_other_state_is_refused():
+    import tensorflow as tf
+    from tensorflow.python.eager.polymorphic_function import tracing_compilation
+    from tensorflow.python.framework import ops
+
+    from graphcache.traces import keying, nested
+    from graphcache.traces.walk import Uncacheable
+
+    scope = tracing_compilation.ScopeType.VARIABLE_CREATION
+    outcomes = []
+
+    def check(top):
+        try:
+            nested.check_context(scope, top)
+            outcomes.append("ok")
+        except Uncacheable as exc:
+            outcomes.append(exc.detail)
+
+    @tf.function(autograph=False)
+    def outer(x):
+        with ops.init_scope():
+            top = keying.check_context(scope, nested=True)
+        check(top)
+        with tf.device("/cpu:0"):  # a string device scope: not in a nested FuncGraph (TensorFlow's cache agrees)
+            check(top)
+        tf.compat.v1.add_to_collection("graphcache_nested_test", x)  # a nested FuncGraph would copy it
+        check(top)
+        return x
+
+    outer.get_concrete_function(tf.TensorSpec([], tf.float32))
+    assert outcomes[:2] == ["ok", "ok"] and "collections" in outcomes[2], outcomes

@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tensorflow.core.function.trace_type import default_types
+from tensorflow.python.eager import context
 from tensorflow.python.eager.polymorphic_function import function_context
 from tensorflow.python.eager.polymorphic_function import polymorphic_function as polymorphic
-from tensorflow.python.framework import tensor
+from tensorflow.python.framework import ops, tensor
 
 from . import instance
 from .walk import Uncacheable
@@ -71,11 +72,25 @@ def tracing(frame: Frame) -> Iterator[Frame]:
 
 
 def check_context(scope_type: Any, top: Any) -> None:
-    """Refuses a nested trace whose function context is not ``top``, the one its call from eager mode has (keyed
-    as keying.check_context keys it, under ``ops.init_scope``: the settings as eager code reads them, which a
-    top-level trace's key reads too, before its own graph exists)."""
+    """Refuses a nested trace that could differ from its top-level call's: a function context other than ``top``,
+    the one its call from eager mode has (keyed as keying.check_context keys it, under ``ops.init_scope``: the
+    settings as eager code reads them, which a top-level trace's key reads too, before its own graph exists); or
+    what a FuncGraph made inside another inherits from it (func_graph.py's ``FuncGraph.__init__``) differing from
+    what one made from eager mode gets: capture by value, the graph-level random seed, the collections."""
     if function_context.make_function_context(scope_type) != top:
         raise Uncacheable("context", "traced inside another graph under a device, colocation or other scope")
+    graph = ops.get_default_graph()  # the outer trace's FuncGraph: the nested one's outer graph
+    if getattr(graph, "capture_by_value", False):
+        raise Uncacheable("context", "traced inside a graph that captures variables by value")
+    if graph.seed != context.global_seed():
+        raise Uncacheable("context", "traced inside a graph whose random seed is not the global seed now")
+    outermost = graph
+    while outermost.building_function:
+        outermost = outermost.outer_graph
+    keys = set(graph.get_all_collection_keys()) | set(outermost.get_all_collection_keys())
+    if any([id(item) for item in graph.get_collection(name)] != [id(item) for item in outermost.get_collection(name)]
+           for name in keys):
+        raise Uncacheable("context", "traced inside a graph whose collections differ from the outermost graph's")
 
 
 def _bases(root: Any) -> dict[str, Any]:
