@@ -389,7 +389,8 @@ class TraceCache:
         if counted:
             self._flush(root)
         if self.cache.strict:  # failures must reach the caller
-            self._store(key, described, concrete, seconds, name)
+            with recording.paused():  # a nested trace's entry is written inside the outer trace: not its doing
+                self._store(key, described, concrete, seconds, name)
         else:  # reading the library and writing the entry overlap with the caller's first call
             handed_over = threading.Lock()
             handed_over.acquire()
