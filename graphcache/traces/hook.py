@@ -15,7 +15,8 @@ A trace (only a top-level one, in eager mode: traces nested inside another trace
    scope, autograph, and for a decorated method the bound-method wrapper of ``Function.__get__``). A method
    is keyed with its object (instance.py: the attributes its code reads); a partial, a callable object or
    library code (tf.data's own functions) is not cached; Keras' predict step is keyed by its model
-   (kerasstep.py), its train and test steps by the model and its compile state, built first (kerasfit.py);
+   (kerasstep.py), its train and test steps by the model and its compile state, built first (kerasfit.py), the
+   serving function ``tf.saved_model.save`` exports for it as its predict step (kerasserve.py);
 2. computes the key (keying.py, walk.py) or refuses (``Uncacheable``: counted ``trace_uncacheable`` and
    by reason, logged at INFO) and traces as TensorFlow does;
 3. hit: the stored trace is registered in the eager context and bound to this process's variables
@@ -71,7 +72,20 @@ from ..core.service import EntryService
 from ..entry import codec, kinds
 from ..entry.keyparts import hash_json
 from ..errors import CacheIOError, CorruptEntryError
-from . import building, instance, kerasfit, kerasstep, keying, objects, recording, stored, warned
+from . import (
+    building,
+    instance,
+    kerasfit,
+    kerasserve,
+    kerasstep,
+    keying,
+    logged,
+    nested,
+    objects,
+    recording,
+    stored,
+    warned,
+)
 from .walk import Uncacheable, is_library
 
 log = logging.getLogger("graphcache")
@@ -110,7 +124,8 @@ def user_function(tracing_options: Any) -> types.FunctionType | KerasStep | inst
         return instance.bound_method(target)
     if not isinstance(target, types.FunctionType):
         raise Uncacheable("not_a_function", f"it traces a {type(target).__name__}, not a Python function")
-    step: KerasStep | None = kerasstep.predict_step(target) or kerasfit.fit_step(target)
+    step: KerasStep | None = kerasstep.predict_step(target) or kerasfit.fit_step(target) or \
+        kerasserve.serving_step(target)
     if step is not None:
         return step
     if is_library(getattr(target, "__module__", None) or ""):
@@ -166,7 +181,7 @@ class TraceCache:
             return original(function_type, type_context, func_graph, tracing_options)
 
         if ops.inside_function():  # a tf.function called while another is traced: part of that trace
-            return trace()
+            return self._nested(trace, function_type, tracing_options) if nested.frames() else trace()
         with collector_paused():  # see the module docstring: "The collector"
             created = self._create(trace, function_type, type_context, tracing_options)
         collect_young()
@@ -222,8 +237,15 @@ class TraceCache:
         # The optimizers its trace built (the fresh trace of GRAPHCACHE_TRACE_VERIFY built them already)
         if found[1].builds and not self.verify and not building.redo(key.walk, found[1].builds):
             return None
-        warned.give(found[0].extra.get("warnings") or [])  # as its Python would have
-        if isinstance(root, kerasstep.PredictStep):
+        # As its Python would have (a verified hit's fresh trace gave them itself; a replayed one's are its caller's)
+        if not self.verify and not nested.replaying():
+            warned.give(found[0].extra.get("warnings") or [])
+            logged.give(found[0].extra.get("logged") or [])
+        if found[0].extra.get("nested") and not self.verify:
+            self._replay(found[0].extra["nested"], root, name)
+        if isinstance(root, kerasserve.ServeStep):
+            kerasserve.after_hit(root)
+        elif isinstance(root, kerasstep.PredictStep):
             kerasstep.after_hit(root)
         elif isinstance(root, kerasfit.FitStep):
             kerasfit.after_hit(root)
@@ -310,8 +332,51 @@ class TraceCache:
         self.cache.discard_corrupt(key.key, CorruptEntryError(f"a stale trace of {name}: {'; '.join(problems)}"))
         return fresh
 
+    def _replay(self, noted: list[dict[str, Any]], root: Any, name: str) -> None:
+        """The tf.functions the stored trace traced inside itself, made as that trace made them (nested.py)."""
+        try:
+            nested.replay(noted, root)
+        except CacheIOError:
+            raise
+        except Exception as exc:
+            self._failed(f"tracing the tf.functions {name} calls", exc)
+
+    def _nested(self, trace: Any, function_type: Any, tracing_options: Any) -> Any:
+        """A tf.function traced inside a miss's trace: keyed as its top-level call would be, stored, and noted in
+        the miss's entry (nested.py); else traced as part of that trace, as ever."""
+        frame = nested.frames()[-1]
+        try:
+            root = user_function(tracing_options)
+            if root is None or isinstance(root, KERAS_STEPS):
+                return trace()
+            where, args = nested.locate(frame.root, root), nested.arguments(function_type)
+            if where is None or args is None:
+                return trace()
+            function = root.function if isinstance(root, instance.BoundMethod) else root
+            name = f"{tracing_options.name} ({type(root.instance).__qualname__})" \
+                if isinstance(root, instance.BoundMethod) else tracing_options.name
+            # Keyed as its top-level call would be, in eager mode; graphcache's reads are not the outer trace's
+            with ops.init_scope(), recording.paused():
+                context_now = keying.check_context(tracing_options.scope_type, nested=True)
+                key = keying.compute(root, function_type, tracing_options, context_now, self.identity_hash())
+                found = self._lookup(key)
+            nested.check_context(tracing_options.scope_type, context_now)
+        except (Uncacheable, RecursionError) as exc:
+            log.debug("graphcache: the nested trace of %s is not cached: %s", tracing_options.name, exc)
+            return trace()
+        except CacheIOError:
+            raise
+        except Exception as exc:
+            self._failed(f"keying the nested trace of {tracing_options.name}", exc)
+            return trace()
+        frame.noted.append({"where": where, "qualname": function.__qualname__,
+                            "args": nested.encode_arguments(args)})
+        return trace() if found is not None else self._miss(key, root, trace, name, counted=False)
+
     # -- miss ----------------------------------------------------------------------------------------------
-    def _miss(self, key: keying.TraceKey, root: Any, trace: Any, name: str) -> Any:
+    def _miss(self, key: keying.TraceKey, root: Any, trace: Any, name: str, counted: bool = True) -> Any:
+        """Trace, and store what the key proves; ``counted``: False for a nested trace (nested.py), which is part of
+        its caller's trace and is neither counted nor learned from."""
         created: list[Any] = []
 
         def note_creation(next_creator: Any, **kwargs: Any) -> Any:
@@ -322,46 +387,58 @@ class TraceCache:
         before = objects.before_trace(key.walk)
         optimizers = building.unbuilt(key.walk)
         start = time.perf_counter()
-        with variable_scope.variable_creator_scope(note_creation), recording.record() as record, \
-                warned.recorded() as given:
+        with nested.tracing(nested.Frame(root)) as frame, variable_scope.variable_creator_scope(note_creation), \
+                recording.record() as record, warned.recorded() as given, logged.recorded() as records:
             concrete = trace()
         seconds = time.perf_counter() - start
         try:
             if created:
-                self._learn(key, root, optimizers, created, objects.calls(key.walk, before), name, seconds)
+                if counted:
+                    self._learn(key, root, optimizers, created, objects.calls(key.walk, before), name, seconds)
                 names = ", ".join(str(getattr(variable, "name", "variable")) for variable in created)
                 raise Uncacheable("creates_variables", f"its trace creates variables ({names})")
-            builds = building.built_in_trace(key.walk, optimizers)
-            problems = record.problems()
-            if problems:
-                raise Uncacheable("recorded", f"while tracing it {'; '.join(problems)} (not in its key)")
-            if not keying.same_reads(key.walk, root, before):
-                raise Uncacheable("side_effect", "its trace changed a value it reads (appended to a list, ...)")
-            described = stored.describe(concrete, key.walk.bindings)
-            described.forward_only = isinstance(root, KERAS_STEPS)
-            described.called = objects.calls(key.walk, before)
-            described.builds = builds
-            described.warnings = given
+            described = self._describe(key, root, concrete, record, before, optimizers)
+            described.warnings, described.logged, described.nested = given, records, frame.noted
         except Uncacheable as exc:
-            self._uncacheable(name, exc)
+            self._uncacheable(name, exc, counted)
             return concrete
         except CacheIOError:
             raise
         except Exception as exc:
             self._failed(f"describing the trace of {name}", exc)
             return concrete
-        self.cache.count_lookup(KIND, misses=1, compiles=1, compile_seconds=seconds)
+        if counted:
+            self.cache.count_lookup(KIND, misses=1, compiles=1, compile_seconds=seconds)
         if self.cache.read_only:
-            self.cache.count_uncacheable("read_only")
+            if counted:
+                self.cache.count_uncacheable("read_only")
             return concrete
-        self._flush(root)
+        if counted:
+            self._flush(root)
         if self.cache.strict:  # failures must reach the caller
-            self._store(key, described, concrete, seconds, name)
+            with recording.paused():  # a nested trace's entry is written inside the outer trace: not its doing
+                self._store(key, described, concrete, seconds, name)
         else:  # reading the library and writing the entry overlap with the caller's first call
             handed_over = threading.Lock()
             handed_over.acquire()
             self.cache.start_write(self._store_fail_open, key, described, concrete, seconds, name, lock=handed_over)
         return concrete
+
+    def _describe(self, key: keying.TraceKey, root: Any, concrete: Any, record: recording.Record,
+                  before: dict[Any, Any], optimizers: dict[str, Any]) -> stored.Described:
+        """A miss's fresh trace as its entry holds it; raises Uncacheable for what its key does not prove."""
+        builds = building.built_in_trace(key.walk, optimizers)
+        problems = record.problems()
+        if problems:
+            raise Uncacheable("recorded", f"while tracing it {'; '.join(problems)} (not in its key)")
+        if not keying.same_reads(key.walk, root, before):
+            raise Uncacheable("side_effect", "its trace changed a value it reads (appended to a list, ...)")
+        described = stored.describe(concrete, key.walk.bindings)
+        # A SavedModel's serving function may be differentiated once loaded: not forward only
+        described.forward_only = isinstance(root, KERAS_STEPS) and not isinstance(root, kerasserve.ServeStep)
+        described.called = objects.calls(key.walk, before)
+        described.builds = builds
+        return described
 
     # -- a first trace's build (building.py) -------------------------------------------------------------------
     def _learn(self, key: keying.TraceKey, root: Any, optimizers: dict[str, Any], created: list[Any],
@@ -421,13 +498,17 @@ class TraceCache:
             created=time.time(), compile_seconds=seconds, key_parts=key.parts,
             extra={"function": described.name, "functions": len(library.function),
                    "nodes": sum(len(fdef.node_def) for fdef in library.function), "captures": len(described.captures),
-                   "guards": key.guards, **({"warnings": described.warnings} if described.warnings else {})})
+                   "guards": key.guards, **({"warnings": described.warnings} if described.warnings else {}),
+                   **({"logged": described.logged} if described.logged else {}),
+                   **({"nested": described.nested} if described.nested else {})})
         if self.cache.write_entry(header, payload):
             log.info("graphcache trace stored %s key=%s %.3fs", name, key.key, seconds)
 
     # -- refusals and failures -----------------------------------------------------------------------------
-    def _uncacheable(self, name: str, exc: Uncacheable) -> None:
+    def _uncacheable(self, name: str, exc: Uncacheable, counted: bool = True) -> None:
         log.info("graphcache: the trace of %s is not cached (%s): %s", name, exc.reason, exc.detail)
+        if not counted:  # a nested trace (nested.py): its caller's trace is what is counted
+            return
         self.cache.count(**{TRACE_UNCACHEABLE: 1, f"{TRACE_UNCACHEABLE}.{exc.reason}": 1})
         detail = f"trace not cacheable ({exc.reason}): {exc.detail}"
         if self.cache.strict:

@@ -13,7 +13,8 @@
 - ``options``: the tf.function's name, autograph and its options, reduce_retracing, the FunctionDef
   attributes (jit_compile, experimental_attributes, ...); not the variable-creation scope (a stored trace
   created no variables: the same trace under tf.function's first-call scope and under its later one);
-- ``context``: the eager device scope and the function context TensorFlow keys its own traces by;
+- ``context``: the eager device scope and the function context TensorFlow keys its own traces by; inside
+  ``tf.saved_model.save``, that it is and its variable policy (savecontext.py);
 - ``settings``: the trusted libraries' settings a trace can read (ambient.py: Keras' floatx, epsilon and
   dtype policy, TensorFlow's NumPy behaviour, op determinism, op callbacks, the global random seed, ...), and
   ``PYTHONHASHSEED`` where walked code builds a set (its iteration order is the seed's; refused when the seed
@@ -23,7 +24,7 @@
 - ``identity``: the compiler identity (the cache's).
 
 Refused here (``walk.Uncacheable``): traces inside another graph (a nested tf.function is part of its
-caller's trace), under a distribution strategy or a SavedModel export, with graph transforms or
+caller's trace), under a distribution strategy, with graph transforms or
 concrete-function callbacks registered, and arguments whose TraceType cannot be serialized.
 
 An object argument (``train(model, dataset)`` with a tf.Module or a Keras model) has a TraceType TensorFlow
@@ -49,11 +50,21 @@ from tensorflow.python.eager import context
 from tensorflow.python.eager.polymorphic_function import function_context, tracing_compilation, transform
 from tensorflow.python.framework import ops
 from tensorflow.python.ops import summary_ops_v2
-from tensorflow.python.saved_model import save_context
 
 from ..entry.keyparts import combine, hash_json
 from ..version import package_version
-from . import ambient, instance, kerasfit, kerasstep, libwrites, objects, structure, trust
+from . import (
+    ambient,
+    instance,
+    kerasfit,
+    kerasstep,
+    libwrites,
+    logged,
+    objects,
+    savecontext,
+    structure,
+    trust,
+)
 from .walk import GUARD_TEXT, Uncacheable, Walk
 
 log = logging.getLogger("graphcache")
@@ -103,14 +114,13 @@ def guard_changes(stored: dict[str, str], now: dict[str, str], limit: int = 6) -
     return changes[:limit] + ([f"... {len(changes) - limit} more"] if len(changes) > limit else [])
 
 
-def check_context(scope_type: Any) -> Any:
-    """The FunctionContext TensorFlow keys this trace by, when graphcache can cache a trace in it."""
-    if not context.executing_eagerly() or ops.inside_function():
+def check_context(scope_type: Any, nested: bool = False) -> Any:
+    """The FunctionContext TensorFlow keys this trace by, when graphcache can cache a trace in it. ``nested``: a
+    trace inside another one's, keyed under ``ops.init_scope`` (nested.py: eager, the outer graph still the default)."""
+    if not context.executing_eagerly() or (ops.inside_function() and not nested):
         raise Uncacheable("context", "traced inside another graph (it is part of that graph's trace)")
     if ops.get_default_graph()._distribution_strategy_stack:  # TensorFlow's own check (function_context.py)
         raise Uncacheable("context", "traced under a distribution strategy")
-    if save_context.in_save_context():
-        raise Uncacheable("context", "traced while a SavedModel is being exported")
     if transform.FUNC_GRAPH_TRANSFORMS or transform.CONCRETE_FUNCTION_CALLBACKS:
         raise Uncacheable("context", "TensorFlow has function-graph transforms or callbacks registered")
     if summary_ops_v2.has_default_writer():  # tf.summary ops emit only with one (a trace without is cached)
@@ -118,8 +128,10 @@ def check_context(scope_type: Any) -> Any:
                                      "that writer, its step and its recording condition)")
     function_context_now = function_context.make_function_context(scope_type)
     eager = function_context_now.context
-    if eager.parent_graph is not None or eager.colocation_stack or eager.variable_policy is not None:
-        raise Uncacheable("context", "traced in a graph, colocation or save context")
+    if eager.parent_graph is not None or eager.colocation_stack:
+        raise Uncacheable("context", "traced in a graph or colocation context")
+    if eager.variable_policy is not None and not savecontext.in_export():  # only a save context sets one
+        raise Uncacheable("context", "traced under a variable policy outside a SavedModel export")
     return function_context_now
 
 
@@ -163,14 +175,17 @@ def options_part(tracing_options: Any) -> str:
 
 
 def context_part(function_context_now: Any) -> str:
+    """The eager device scope and TensorFlow's function context; inside ``tf.saved_model.save`` also the export
+    (savecontext.py: what of it tracing can read)."""
     ctx = context.context()
     return hash_json([ctx.device_name or "", repr(function_context_now.context.device_functions),
                       bool(function_context_now.context.in_cross_replica_context),
-                      repr(function_context_now.context.xla_context_id)])
+                      repr(function_context_now.context.xla_context_id), savecontext.described()])
 
 
 def settings_values(walk: Walk) -> dict[str, Any]:
-    """ambient.py's snapshot, and the string hash seed where walked code builds a set it may iterate."""
+    """ambient.py's snapshot, whether the loggers logged.py records show warnings, and the string hash seed where
+    walked code builds a set it may iterate."""
     extra = {}
     if walk.hash_order is not None:
         seed = os.environ.get("PYTHONHASHSEED", "random")
@@ -179,7 +194,8 @@ def settings_values(walk: Walk) -> dict[str, Any]:
                                             "process's hash seed, which is random (set PYTHONHASHSEED, or iterate "
                                             "sorted(...))")
         extra["python.hash_seed"] = int(seed)
-    return {**ambient.snapshot(), **extra}
+    # Whether TensorFlow's, absl's and Keras' loggers show warnings: what a stored trace's recording could see
+    return {**ambient.snapshot(), "logging.warnings_shown": logged.shown(), **extra}
 
 
 def versions_part(walk: Walk) -> str:

@@ -40,6 +40,7 @@ from tensorflow.python.eager.polymorphic_function import concrete_function as co
 from tensorflow.python.framework import ops
 
 from ..compile import functionlib
+from . import fnrefs
 
 _COUNTER_SUFFIX = re.compile(r"_\d+$")
 
@@ -56,6 +57,7 @@ def register(library: function_pb2.FunctionDefLibrary) -> dict[str, str]:
             name = f"{base}_{ops.uid()}"
         renamed[fdef.signature.name] = name
     functionlib.rename(library, renamed)
+    fnrefs.rename(library, renamed)  # the forward and backward functions name each other in string attributes
     added: list[str] = []
     try:
         for fdef in reversed(library.function):

@@ -215,4 +215,16 @@ def record() -> Iterator[Record]:
         _state.record = None
 
 
-__all__ = ["ALLOWED_ENV", "HARMLESS_EVENTS", "Record", "record"]
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """graphcache's own work inside a recorded trace (the key and entry read of a nested trace: nested.py) is not
+    the trace's: nothing it does is recorded."""
+    current = getattr(_state, "record", None)
+    _state.record = None
+    try:
+        yield
+    finally:
+        _state.record = current
+
+
+__all__ = ["ALLOWED_ENV", "HARMLESS_EVENTS", "Record", "paused", "record"]

@@ -58,7 +58,7 @@ from tensorflow.python.util import nest
 
 from ..compile.functionlib import canonical_function_hash, op_types, reachable_library
 from ..errors import CorruptEntryError
-from . import lazy
+from . import fnrefs, lazy
 from .walk import Uncacheable
 
 MAGIC = b"GCTRACE1"
@@ -87,6 +87,8 @@ class Described:
     called: list[str] = field(default_factory=list)  # layers the trace called first (objects.py), by walk path
     builds: list[Any] = field(default_factory=list)  # optimizers it built without variables (building.py's JSON)
     warnings: list[list[Any]] = field(default_factory=list)  # given while it traced (warned.py), given on a hit
+    logged: list[list[Any]] = field(default_factory=list)  # TF's, absl's, Keras' logging warnings (logged.py)
+    nested: list[dict[str, Any]] = field(default_factory=list)  # tf.functions it traced inside (nested.py)
 
 
 @dataclass
@@ -106,7 +108,7 @@ class StoredTrace:
         return self.library.function[0]
 
     def canonical_hash(self) -> str:
-        return canonical_function_hash(self.main, {f.signature.name: f for f in self.library.function[1:]})
+        return library_hash(self.library)
 
 
 def _shape(shape: Any) -> list[Any] | None:
@@ -378,7 +380,13 @@ def constant_captures(graph: Any, described: list[list[Any]], captures: list[Any
 
 def fresh_hash(concrete: Any) -> str:
     """The canonical hash of a fresh trace's library (what GRAPHCACHE_TRACE_VERIFY compares)."""
-    library = library_of(concrete.function_def.signature.name)
+    return library_hash(library_of(concrete.function_def.signature.name))
+
+
+def library_hash(library: function_pb2.FunctionDefLibrary) -> str:
+    """The canonical hash of a library (its first function calling the rest), function names held in string
+    attributes compared as references (fnrefs.py)."""
+    library = fnrefs.by_call_order(fnrefs.as_references(library))
     return canonical_function_hash(library.function[0], {f.signature.name: f for f in library.function[1:]})
 
 

@@ -19,6 +19,7 @@ UNWALKED = "unwalked-path"
 PROCESS = "process-state"
 STRUCTURE = "structured-input"
 KERAS_MODEL = "keras-model"
+SAVED_MODEL = "saved-model"  # traces tf.saved_model.save makes (graphcache/traces/savecontext.py)
 MUST_HIT = "must-hit"
 CLASSES = (USER_AS_LIBRARY, LIBRARY_STATE, LIBRARY_FILES, LIBRARY_CONFIG, UNWALKED, PROCESS, STRUCTURE)
 

@@ -88,6 +88,13 @@ report(scaled(Config(@V@), tf.constant([1.0, 2.0])))
 GLOBAL = module(bias="@V@").replace("def train(model, x, y):", "def train(x, y):\n    model = linear").replace(
     "train(linear, x, y)", "train(x, y)")
 
+# The module's __call__ called again at the top after train (TensorFlow serves it from the trace made inside
+# train's): that nested trace is stored as its own entry and made again when train hits (traces/nested.py).
+NESTED = module(bias="@V@").replace(
+    "report([float(train(linear, x, y)) for _ in range(3)] + linear.w.numpy().ravel().tolist())",
+    "losses = [float(train(linear, x, y)) for _ in range(3)]\n"
+    "report(losses + linear(x).numpy().ravel().tolist() + [linear.__call__.experimental_get_tracing_count()])")
+
 SCENARIOS = [
     Scenario("arg_module_attribute", UNWALKED, program=module(rate="@V@"), a=Variant("0.1"), b=Variant("0.05"),
              why="a tf.Module argument's attribute (its learning rate) read by the tf.function it is passed to"),
@@ -99,9 +106,13 @@ SCENARIOS = [
              why="a Keras model argument's config (a layer's activation), as DCGAN's generate(model, seed)"),
     Scenario("arg_plain_object", UNWALKED, program=PLAIN_OBJECT, a=Variant("2.0"), b=Variant("3.0"),
              why="an attribute of a plain user object passed as an argument (refused: not an object the key walks)"),
+    Scenario("arg_module_nested_then_top", UNWALKED, program=NESTED, a=Variant("1.0"), b=Variant("0.5"),
+             why="a tf.Module's __call__ traced inside train(model, ...) and then called at the top: its nested trace"),
 ]
 
 MUST_HIT_ARGUMENTS = [
     Scenario("hit_module_argument", MUST_HIT, program=module(), a=Variant("1.0"), b=Variant("1.0"),
              why="a tf.Module passed to the tf.function that trains it, train(model, x, y)"),
+    Scenario("hit_module_nested_then_top", MUST_HIT, program=NESTED, a=Variant("1.0"), b=Variant("1.0"),
+             why="train(model, ...) and the model's __call__ at the top, both hit in the first later process"),
 ]
