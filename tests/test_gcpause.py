@@ -56,20 +56,10 @@ def test_pauses_nest_overlap_across_threads_and_keep_a_disabled_collector_disabl
         assert not gc.isenabled()  # the outer pause still runs
     assert gc.isenabled()
 
-    entered, release = threading.Event(), threading.Event()
-
-    def other_thread() -> None:
-        with collector_paused():
-            entered.set()
-            release.wait(10)
-
-    thread = threading.Thread(target=other_thread)
     with collector_paused():
-        thread.start()
-        assert entered.wait(10)
+        other = _PausedElsewhere()
     assert not gc.isenabled()  # the other thread's pause is still on
-    release.set()
-    thread.join(10)
+    other.end()
     assert gc.isenabled()
 
     gc.disable()
@@ -108,22 +98,12 @@ def test_after_a_pause_the_young_generation_is_collected_by_the_caller_unless_th
         assert _young_collections_in_this_thread(collect_young) == []  # nothing over the threshold: nothing to do
 
     # paused by graphcache in another thread (a background write): the caller still collects its young ones
-    entered, release = threading.Event(), threading.Event()
-
-    def other_thread() -> None:
-        with collector_paused():
-            entered.set()
-            release.wait(10)
-
-    thread = threading.Thread(target=other_thread)
-    thread.start()
+    other = _PausedElsewhere()
     try:
-        assert entered.wait(10)
         kept.extend([] for _ in range(5 * gc.get_threshold()[0]))
         assert _young_collections_in_this_thread(collect_young) == [0]
     finally:
-        release.set()
-        thread.join(10)
+        other.end()
 
     gc.disable()  # the program's own choice: never collect for it
     try:
@@ -131,3 +111,22 @@ def test_after_a_pause_the_young_generation_is_collected_by_the_caller_unless_th
         assert _young_collections_in_this_thread(collect_young) == []
     finally:
         gc.enable()
+
+
+class _PausedElsewhere:
+    """A pause held by another thread (a background write) until ``end()``."""
+
+    def __init__(self) -> None:
+        self._entered, self._release = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._run)
+        self._thread.start()
+        assert self._entered.wait(10)
+
+    def _run(self) -> None:
+        with collector_paused():
+            self._entered.set()
+            self._release.wait(10)
+
+    def end(self) -> None:
+        self._release.set()
+        self._thread.join(10)
