@@ -54,7 +54,7 @@ from tensorflow.python.ops import resource_variable_ops
 
 from . import modelstate, preprocessing
 from .instance import keyed_state, self_chains, self_reads
-from .topology import graph_config, is_graph_model, operations
+from .topology import CONFIG_SCALARS, PLAIN_SCALAR_TYPES, graph_config, is_graph_model, operations
 from .walk import Uncacheable, Walk, is_library
 
 TRAINER_MODULE = "keras.src.backend.tensorflow.trainer"
@@ -68,9 +68,7 @@ SETUP_METHODS = frozenset({"__init__", "__new__", "build", "get_config", "from_c
                            "get_build_config", "compile", "compile_from_config", "get_compile_config",
                            "save_own_variables", "load_own_variables", "__repr__", "__str__", "__setattr__"})
 KERAS_SWITCHES = ("is_flash_attention_enabled", "is_nnx_enabled")  # keras.config switches layers read at call time
-CONFIG_SCALARS = (type(None), bool, int, float, str)  # what a config is made of, besides lists and dicts
 SCALAR_PREFIXES = {kind: kind.__name__[0] for kind in CONFIG_SCALARS}  # a scalar's text: N, b, i, f, s + its repr
-PLAIN_HELD_TYPES = frozenset({type(None), bool, int, float, str})  # attribute values held() has nothing to key in
 # What held() keys or refuses (anything else held is keyed by the config, the layer walk or the variables)
 HELD_KINDS = (types.FunctionType, ops.EagerTensor, types.MethodType, functools.partial)
 LAYER_FLAGS = ("built", "trainable", "autocast", "supports_masking", "_call_has_training_arg", "_call_has_mask_arg")
@@ -262,7 +260,7 @@ def held(walk: Walk, layer: Any, path: str, where: str, known: dict[int, str]) -
     only: walked as user code; Keras' own named), also in lists, tuples and dicts; partials and bound methods
     of them."""
     for name, value in vars(layer).items():
-        if type(value) in PLAIN_HELD_TYPES:  # most of a layer's ~70 attributes: nothing to key (a hot loop)
+        if type(value) in PLAIN_SCALAR_TYPES:  # most of a layer's ~70 attributes: nothing to key (a hot loop)
             continue
         items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else (value,)
         for index, item in enumerate(items):

@@ -29,12 +29,12 @@ import numpy as np
 import xxhash
 from tensorflow.python.ops import lookup_ops
 
+from .topology import PLAIN_SCALAR_TYPES
 from .walk import Uncacheable, Walk
 
 REASON = "keras"
 MAX_ENTRIES = 10_000_000  # a vocabulary's pairs are exported and hashed at every key: bigger ones are refused
 TABLE_CLASSES = (lookup_ops.StaticHashTable, lookup_ops.MutableHashTable)
-PLAIN_TYPES = frozenset({type(None), bool, int, float, str})  # attribute values that are never tables (a hot loop)
 LOOKUP_SCALARS = ("_frozen_vocab_size", "_default_value", "_key_dtype", "_value_dtype")
 
 
@@ -50,7 +50,7 @@ def key_tables(walk: Walk, layer: Any, path: str, where: str) -> None:
     if isinstance(layer, _index_lookup()):
         walk.value(("index lookup", [repr(getattr(layer, name, None)) for name in LOOKUP_SCALARS]), f"{path}/lookup")
     for name, value in vars(layer).items():
-        if type(value) not in PLAIN_TYPES and isinstance(value, lookup_ops.LookupInterface):
+        if type(value) not in PLAIN_SCALAR_TYPES and isinstance(value, lookup_ops.LookupInterface):
             _table(walk, value, f"{path}.{name}", f"{where}.{name}")
 
 

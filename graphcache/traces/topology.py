@@ -23,7 +23,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-CONFIG_SCALARS = (type(None), bool, int, float, str)
+CONFIG_SCALARS = (type(None), bool, int, float, str)  # what a config is made of, besides lists and dicts
+PLAIN_SCALAR_TYPES = frozenset(CONFIG_SCALARS)  # for exact-type tests in the layer walk's hot loops
 
 
 def is_graph_model(layer: Any) -> bool:
