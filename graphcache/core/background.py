@@ -21,6 +21,7 @@ removes once it is old.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -54,12 +55,13 @@ class BackgroundWrites:
         gate = gate if gate is not None else threading.Event()
         if grace <= 0:
             gate.set()
-        thread = threading.Thread(target=self._run, args=(func, args, lock, gate, grace), name="graphcache-write",
-                                  daemon=self._daemon)
+        from . import priority  # (not loaded by opening a cache: a hit starts no write)
+
         _register(self, self._stage)
         with self._lock:  # started under the lock: wait() in another thread never joins a thread not yet started
+            thread = priority.start_thread(functools.partial(self._run, func, args, lock, gate, grace),
+                                           "graphcache-write", daemon=self._daemon)
             self._threads[thread] = gate
-            thread.start()
 
     def _run(self, func: Callable[..., Any], args: tuple[Any, ...], lock: Any, gate: threading.Event,
              grace: float) -> None:

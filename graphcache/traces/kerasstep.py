@@ -224,7 +224,7 @@ def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], path: str,
             walk.value(type(operation), f"{path}/operation{number}/class")
     try:
         walk.value(("layer", index, layer.name, layer.dtype_policy.name, text,
-                    [getattr(layer, flag, None) for flag in LAYER_FLAGS], called), path)
+                    *[getattr(layer, flag, None) for flag in LAYER_FLAGS], called), path)  # flat: one record
     except Uncacheable as exc:
         raise Uncacheable(REASON, f"{where}: its config is not plain ({exc.detail})") from None
     held(walk, layer, path, where, known)

@@ -78,6 +78,8 @@ SKIPPED_CLASS_ATTRS = frozenset({"__module__", "__qualname__", "__doc__", "__dic
                                  "__annotations__", "__slots__", "__firstlineno__", "__static_attributes__"})
 PLAIN_SCALARS = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis))  # exactly these types
 CONTAINERS = (tuple, list, dict, set, frozenset)
+FLAT_CONTAINERS = frozenset((tuple, list))
+FLAT_SCALARS = frozenset(PLAIN_SCALARS)  # repr of each is exact and names its type (str quoted, 1 vs 1.0 vs True)
 # A class's attributes that hold code, walked under any name: a dunder holding one is code that runs (a tf.function
 # ``__call__``, a property, ``__new__``); other dunders (``__module__``, ``__hash__ = None``) are Python's bookkeeping.
 CLASS_CODE = (types.FunctionType, staticmethod, classmethod, property, polymorphic_function.Function)
@@ -356,6 +358,13 @@ class Walk:
                     raise Uncacheable("value", f"{_where(path)} has a key of type {type(key).__name__}")
                 self._emit("key", type(key).__name__, repr(key))
                 self.value(item, f"{path}[{key!r}]")
+            return
+        if type(obj) in FLAT_CONTAINERS and all(type(item) in FLAT_SCALARS for item in obj):
+            # a tuple or list of plain scalars (a Keras layer's or variable's description, a shape): one record,
+            # its repr, which is exact for these types and tells tuple from list (a walk emits thousands of them)
+            text = repr(obj)
+            self._emit("flat", text)
+            self.guard(path, text)
             return
         self._emit(type(obj).__name__, len(obj))
         for index, item in enumerate(obj):  # sets in their iteration order: a trace iterates them so too
