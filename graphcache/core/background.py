@@ -44,14 +44,16 @@ class BackgroundWrites:
 
     def __init__(self, *, daemon: bool = False, stage: str = exits.WRITES) -> None:
         self._threads: dict[threading.Thread, threading.Event] = {}  # each pending write and its gate
+        self._keys: dict[str, threading.Thread] = {}  # the entry each pending write of a known key writes
         self._lock = threading.Lock()
         self._daemon = daemon
         self._stage = stage
 
     def start(self, func: Callable[..., Any], *args: Any, lock: Any = None, gate: threading.Event | None = None,
-              grace: float = 0.0) -> None:
+              grace: float = 0.0, key: str | None = None) -> None:
         """Run ``func(*args)`` in a thread once ``gate`` is set or ``grace`` seconds have passed, then release
-        ``lock`` (held by the caller, handed over here), if one is given."""
+        ``lock`` (held by the caller, handed over here), if one is given. ``key``: the entry it writes, which
+        ``wait_for_key`` waits for."""
         gate = gate if gate is not None else threading.Event()
         if grace <= 0:
             gate.set()
@@ -62,6 +64,8 @@ class BackgroundWrites:
             thread = priority.start_thread(functools.partial(self._run, func, args, lock, gate, grace),
                                            "graphcache-write", daemon=self._daemon)
             self._threads[thread] = gate
+            if key is not None:
+                self._keys[key] = thread
 
     def _run(self, func: Callable[..., Any], args: tuple[Any, ...], lock: Any, gate: threading.Event,
              grace: float) -> None:
@@ -77,6 +81,23 @@ class BackgroundWrites:
             finally:
                 with self._lock:
                     self._threads.pop(threading.current_thread(), None)
+                    for key in [key for key, thread in self._keys.items() if thread is threading.current_thread()]:
+                        del self._keys[key]
+
+    def wait_for_key(self, key: str, timeout: float) -> None:
+        """Wait (at most ``timeout`` seconds) for the pending write of the entry ``key``, if there is one and it is
+        not the caller's own: single flight within the process. A function traced or first-called again while
+        its entry is being written (a test's warm-up loop, two models of one architecture) then reads that
+        entry instead of compiling it a second time and writing it again; other processes wait on the key's
+        file lock instead."""
+        with self._lock:
+            thread = self._keys.get(key)
+            gate = self._threads.get(thread) if thread is not None else None
+        if thread is None or thread is threading.current_thread():
+            return
+        if gate is not None:
+            gate.set()  # whoever waits wants the entry now
+        thread.join(timeout)
 
     @property
     def pending(self) -> int:

@@ -69,6 +69,8 @@ log = logging.getLogger("graphcache")
 # An open records its version only when the manifest's last open of it is older than this or a tenth of
 # stale_after (a day by default): every other open is a read, and no version in use looks stale.
 VERSION_TOUCH = 3600.0
+# Seconds a lookup waits for this process's own background write of the same entry (then: a miss, as before)
+IN_FLIGHT_WAIT = 5.0
 INDEX_WAIT = 10.0  # seconds a step waits for the index's write lock (bounded by lock_timeout), then goes on
 # What a process without an index does: the truth for every "index failed" warning.
 WITHOUT_INDEX = ("serving hits from the entry files and storing new ones, without the index (no LRU order, "
@@ -319,8 +321,10 @@ class EntryService(RemoteSide):
         """A verified entry's header and payload, or None (missing, unreadable or corrupt: fail open; with
         ``kind``, an entry of another kind is a miss too).
 
-        Records the use (LRU) but no hit: the caller counts a hit once the payload proved usable.
+        Records the use (LRU) but no hit: the caller counts a hit once the payload proved usable. An entry this
+        process is writing in the background is waited for first (background.py: ``wait_for_key``).
         """
+        self._writes.wait_for_key(key, IN_FLIGHT_WAIT)
         entry = self.read_checked(key)
         if entry is None:
             return None
@@ -508,10 +512,11 @@ class EntryService(RemoteSide):
             self._index_step_failed("recording a miss", exc)
 
     def start_write(self, func: Callable[..., Any], *args: Any, lock: Any = None,
-                    gate: threading.Event | None = None, grace: float = 0.0) -> None:
+                    gate: threading.Event | None = None, grace: float = 0.0, key: str | None = None) -> None:
         """Run ``func(*args)`` (an entry write) in the background once ``gate`` is set or ``grace`` seconds
-        have passed, then release ``lock``, if one is handed over (background.py)."""
-        self._writes.start(func, *args, lock=lock, gate=gate, grace=grace)
+        have passed, then release ``lock``, if one is handed over (background.py); ``key``: the entry it writes,
+        which ``read_entry`` waits for meanwhile."""
+        self._writes.start(func, *args, lock=lock, gate=gate, grace=grace, key=key)
 
     @property
     def pending_writes(self) -> int:

@@ -219,7 +219,7 @@ class FunctionCache:
             if self.cache.strict:  # failures must reach the caller
                 self._store(call, metadata, seconds)
             else:  # building and writing the entry (tens of ms: fsyncs) overlaps with what the caller does next
-                self.cache.start_write(self._store_fail_open, call, metadata, seconds)
+                self.cache.start_write(self._store_fail_open, call, metadata, seconds, key=call.fast_key)
         return outputs
 
     def wait_for_writes(self, timeout: float | None = None) -> bool:

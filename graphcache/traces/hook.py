@@ -421,7 +421,8 @@ class TraceCache:
         else:  # reading the library and writing the entry overlap with the caller's first call
             handed_over = threading.Lock()
             handed_over.acquire()
-            self.cache.start_write(self._store_fail_open, key, described, concrete, seconds, name, lock=handed_over)
+            self.cache.start_write(self._store_fail_open, key, described, concrete, seconds, name, lock=handed_over,
+                                   key=key.key)
         return concrete
 
     def _describe(self, key: keying.TraceKey, root: Any, concrete: Any, record: recording.Record,
@@ -462,7 +463,7 @@ class TraceCache:
         if self.cache.strict:
             self._store_build(pending)
         else:
-            self.cache.start_write(self._store_build, pending)
+            self.cache.start_write(self._store_build, pending, key=pending.key.key)
 
     def _store_build(self, pending: building.Pending) -> None:
         key = pending.key
