@@ -87,9 +87,9 @@ class BackgroundWrites:
     def wait_for_key(self, key: str, timeout: float) -> None:
         """Wait (at most ``timeout`` seconds) for the pending write of the entry ``key``, if there is one and it is
         not the caller's own: single flight within the process. A function traced or first-called again while
-        its entry is being written (a test's warm-up loop, two models of one architecture) then reads that
-        entry instead of compiling it a second time and writing it again; other processes wait on the key's
-        file lock instead."""
+        its entry is being written (the same code wrapped again: a test's warm-up loop, a rebuilt step) then
+        reads that entry instead of compiling it a second time and writing it again; other processes wait on
+        the key's file lock instead."""
         with self._lock:
             thread = self._keys.get(key)
             gate = self._threads.get(thread) if thread is not None else None
