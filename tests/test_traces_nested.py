@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .helpers import ROOT, trace_child_preamble
+from .helpers import ROOT, run_python, trace_child_preamble
 
 CHILD = '''
 import json, logging, re, warnings
@@ -192,3 +192,37 @@ def test_a_nested_trace_whose_graph_inherits_other_state_is_refused():
 
     outer.get_concrete_function(tf.TensorSpec([], tf.float32))
     assert outcomes[:2] == ["ok", "ok"] and "collections" in outcomes[2], outcomes
+
+
+RECURSIVE_CHILD = '''
+import json, tempfile
+import tensorflow as tf
+from tensorflow.python.ops import cond_v2
+import graphcache
+
+cache = graphcache.GraphCache(tempfile.mkdtemp(), traces=True)
+traces = []
+
+def test():  # a closure, as in TensorFlow's test: the function reads itself through its cell
+    @tf.function(autograph=False)
+    def recursive_fn(n):
+        traces.append(1)
+        return cond_v2.cond_v2(n > 0, recursive_fn(n - 1), 1)
+
+    try:
+        recursive_fn(tf.constant(5))
+    except RecursionError:
+        return "RecursionError"
+    return "no error"
+
+print(json.dumps({"raised": test(), "traces": len(traces)}))
+'''
+
+
+def test_a_recursive_function_raises_recursion_error_once_as_plain_tensorflow_does():
+    """TensorFlow's test_recursive_tf_function_with_cond: a tf.function that calls itself while traced reaches the
+    recursion limit. A nested trace's handler traced again on that RecursionError, at every level: the run never
+    ended (tens of thousands of nested traces in 25 s). Each level is traced once now."""
+    out = run_python(RECURSIVE_CHILD, timeout=240)
+    assert out["raised"] == "RecursionError"
+    assert out["traces"] < 200, out  # one per level until the limit (about 60); unbounded before

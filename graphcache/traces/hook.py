@@ -188,11 +188,27 @@ class TraceCache:
         return created
 
     def _create(self, trace: Any, function_type: Any, type_context: Any, tracing_options: Any) -> Any:
+        # trace() runs outside every handler below: an error of the traced code is the program's, raised once (a
+        # handler that traced again on it traced twice, and a RecursionError of a recursive tf.function nested in
+        # its own trace was caught at every level and traced again: exponential, see _nested)
+        keyed = self._keyed(function_type, tracing_options)
+        if keyed is None:
+            return trace()
+        root, key, found, name = keyed
+        if found is not None:
+            served = self._hit(key, found, root, function_type, type_context, name, trace)
+            if served is not None:
+                return served
+        return self._miss(key, root, trace, name)
+
+    def _keyed(self, function_type: Any, tracing_options: Any) -> tuple[Any, keying.TraceKey, Any, str] | None:
+        """The trace's root, key, stored entry (or None) and name; None when it is traced the plain way: not the
+        program's function, refused (counted) or a failure to key it (warned)."""
         name = tracing_options.name
         try:
             root = user_function(tracing_options)
             if root is None:
-                return trace()
+                return None
             if isinstance(root, KERAS_STEPS):  # every model's step has the same name: ls tells them apart
                 name = f"{name} ({root.model.name})"
             elif isinstance(root, instance.BoundMethod):  # so has every class's __call__
@@ -208,20 +224,16 @@ class TraceCache:
             key, found = self._find(compute(), compute, name)
         except Uncacheable as exc:
             self._uncacheable(name, exc)
-            return trace()
+            return None
         except RecursionError:
             self._uncacheable(name, Uncacheable("value", "what it reads is nested too deeply to key"))
-            return trace()
+            return None
         except CacheIOError:
             raise
         except Exception as exc:  # a TensorFlow or Python surprise: never the user's problem
             self._failed(f"keying the trace of {name}", exc)
-            return trace()
-        if found is not None:
-            served = self._hit(key, found, root, function_type, type_context, name, trace)
-            if served is not None:
-                return served
-        return self._miss(key, root, trace, name)
+            return None
+        return root, key, found, name
 
     # -- hit -----------------------------------------------------------------------------------------------
     def _hit(self, key: keying.TraceKey, found: tuple[codec.EntryHeader, stored.StoredTrace], root: Any,
@@ -343,15 +355,28 @@ class TraceCache:
 
     def _nested(self, trace: Any, function_type: Any, tracing_options: Any) -> Any:
         """A tf.function traced inside a miss's trace: keyed as its top-level call would be, stored, and noted in
-        the miss's entry (nested.py); else traced as part of that trace, as ever."""
+        the miss's entry (nested.py); else traced as part of that trace, as ever. Traced outside the handlers of
+        ``_nested_keyed``: a recursive tf.function (TensorFlow's test_recursive_tf_function_with_cond) reaches the
+        recursion limit in its trace, and a handler that traced again on that RecursionError did so at every
+        level, twice each: plain TensorFlow raises it at once, graphcache never ended."""
+        keyed = self._nested_keyed(function_type, tracing_options)
+        if keyed is None:
+            return trace()
+        root, key, found, name = keyed
+        return trace() if found is not None else self._miss(key, root, trace, name, counted=False)
+
+    def _nested_keyed(self, function_type: Any, tracing_options: Any
+                      ) -> tuple[Any, keying.TraceKey, Any, str] | None:
+        """A nested trace's root, key, stored entry (or None) and name, noted in the outer trace's frame; None when
+        it is traced as part of that trace only."""
         frame = nested.frames()[-1]
         try:
             root = user_function(tracing_options)
             if root is None or isinstance(root, KERAS_STEPS):
-                return trace()
+                return None
             where, args = nested.locate(frame.root, root), nested.arguments(function_type)
             if where is None or args is None:
-                return trace()
+                return None
             function = root.function if isinstance(root, instance.BoundMethod) else root
             name = f"{tracing_options.name} ({type(root.instance).__qualname__})" \
                 if isinstance(root, instance.BoundMethod) else tracing_options.name
@@ -363,15 +388,15 @@ class TraceCache:
             nested.check_context(tracing_options.scope_type, context_now)
         except (Uncacheable, RecursionError) as exc:
             log.debug("graphcache: the nested trace of %s is not cached: %s", tracing_options.name, exc)
-            return trace()
+            return None
         except CacheIOError:
             raise
         except Exception as exc:
             self._failed(f"keying the nested trace of {tracing_options.name}", exc)
-            return trace()
+            return None
         frame.noted.append({"where": where, "qualname": function.__qualname__,
                             "args": nested.encode_arguments(args)})
-        return trace() if found is not None else self._miss(key, root, trace, name, counted=False)
+        return root, key, found, name
 
     # -- miss ----------------------------------------------------------------------------------------------
     def _miss(self, key: keying.TraceKey, root: Any, trace: Any, name: str, counted: bool = True) -> Any:
