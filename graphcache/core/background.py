@@ -61,14 +61,14 @@ class BackgroundWrites:
 
         _register(self, self._stage)
         with self._lock:  # started under the lock: wait() in another thread never joins a thread not yet started
-            thread = priority.start_thread(functools.partial(self._run, func, args, lock, gate, grace),
+            thread = priority.start_thread(functools.partial(self._run, func, args, lock, gate, grace, key),
                                            "graphcache-write", daemon=self._daemon)
             self._threads[thread] = gate
             if key is not None:
                 self._keys[key] = thread
 
     def _run(self, func: Callable[..., Any], args: tuple[Any, ...], lock: Any, gate: threading.Event,
-             grace: float) -> None:
+             grace: float, key: str | None) -> None:
         try:
             gate.wait(grace)
             func(*args)
@@ -81,7 +81,7 @@ class BackgroundWrites:
             finally:
                 with self._lock:
                     self._threads.pop(threading.current_thread(), None)
-                    for key in [key for key, thread in self._keys.items() if thread is threading.current_thread()]:
+                    if key is not None and self._keys.get(key) is threading.current_thread():  # not a later write's
                         del self._keys[key]
 
     def wait_for_key(self, key: str, timeout: float) -> None:
