@@ -380,15 +380,15 @@ def test_a_user_layer_without_config_is_keyed_by_its_state():
 def test_a_schedule_without_config_is_keyed_by_its_state_and_its_optimizer_untouched():
     import keras
 
-    from graphcache.traces import kerasfit, modelstate
+    from graphcache.traces import kerasstep, modelstate
     from graphcache.traces.walk import Walk
 
     def key(warmup: float) -> str:
         _, scope = _no_config()
         optimizer = keras.optimizers.SGD(scope["Schedule"](warmup), momentum=0.5, name="sgd")
         walk = Walk()
-        kerasfit.keras_object(walk, optimizer, "optimizer0", {})
-        kerasfit.keras_object(walk, optimizer._learning_rate, "optimizer0/learning_rate", {})
+        kerasstep.keras_object(walk, optimizer, "optimizer0", {})
+        kerasstep.keras_object(walk, optimizer._learning_rate, "optimizer0/learning_rate", {})
         assert isinstance(optimizer._learning_rate, scope["Schedule"]), "the optimizer itself is not changed"
         return walk.digest()
 

@@ -52,7 +52,7 @@ from typing import Any
 from tensorflow.python.framework import tensor as tensor_lib
 from tensorflow.python.util import nest
 
-from . import kerasstep, modelstate
+from . import kerasstep
 from .walk import PLAIN_SCALARS, ObjectRule, Uncacheable, Walk, is_library
 
 TRAINER_MODULE = kerasstep.TRAINER_MODULE
@@ -256,7 +256,7 @@ def _compile_state(walk: Walk, model: Any, known: dict[int, str]) -> None:
                     _plain(compile_loss.output_names)), "compile/built")
         for index, flat in enumerate(compile_loss._flat_losses or ()):
             walk.value(("loss", _plain(flat.path), flat.name, _plain(flat.loss_weights)), f"compile/loss{index}")
-            keras_object(walk, flat.loss, f"compile/loss{index}", known)
+            kerasstep.keras_object(walk, flat.loss, f"compile/loss{index}", known)
 
 
 def _argument(walk: Walk, value: Any, where: str, known: dict[int, str], depth: int) -> None:
@@ -278,38 +278,9 @@ def _argument(walk: Walk, value: Any, where: str, known: dict[int, str], depth: 
             _argument(walk, value[key], f"{where}[{key!r}]", known, depth + 1)
     elif isinstance(value, (keras.losses.Loss, keras.metrics.Metric)):
         walk.value(("object", known.get(id(value), "")), where)
-        keras_object(walk, value, where, known)
+        kerasstep.keras_object(walk, value, where, known)
     else:
         raise Uncacheable(REASON, f"{where} is a {type(value).__qualname__} (what it computes is not keyed)")
-
-
-def keras_object(walk: Walk, obj: Any, where: str, known: dict[int, str]) -> None:
-    """A Keras object a step reads (optimizer, schedule, loss, metric): class, config, held functions, and a
-    user class's reads off ``self`` (kerasstep.py's rules for layers)."""
-    cls = type(obj)
-    walk.value(cls, f"{where}/class")
-    try:
-        config = obj.get_config()
-    except Exception as exc:  # a user schedule without get_config (the Transformer tutorial's): its state
-        config = _without_config(walk, obj, where, known, exc)
-    try:
-        walk.value(("config", kerasstep.config_text(config)), where)
-    except Uncacheable as exc:
-        raise Uncacheable(REASON, f"{where} ({cls.__name__}): its config is not plain ({exc.detail})") from None
-    kerasstep.held(walk, obj, where, f"{where} ({cls.__name__})", known)
-    for owner in cls.__mro__:
-        if not is_library(owner.__module__):
-            kerasstep.instance_reads(walk, obj, owner, f"{where} ({cls.__name__})", known)
-
-
-def _without_config(walk: Walk, obj: Any, where: str, known: dict[int, str], failure: BaseException) -> Any:
-    """What keras_object keys in place of a config that fails: an optimizer's config without its schedule (keyed
-    apart), a user schedule's state (modelstate.py); else refused."""
-    keras = _keras()
-    label = f"{where} ({type(obj).__name__})"
-    if isinstance(obj, keras.optimizers.Optimizer):
-        return modelstate.optimizer_config(obj, label, failure)
-    return modelstate.state(walk, obj, where, label, kerasstep.state_rule(known), failure)
 
 
 def _metrics(model: Any) -> list[Any]:
@@ -346,7 +317,7 @@ def _metric(walk: Walk, metric: Any, index: int, known: dict[int, str]) -> None:
                     _plain(getattr(metric, "output_names", None))), where)
         return
     walk.value(("metric", metric.name, [variable.path for variable in metric.variables]), where)
-    keras_object(walk, metric, where, known)
+    kerasstep.keras_object(walk, metric, where, known)
 
 
 def _optimizer(walk: Walk, optimizer: Any, known: dict[int, str]) -> None:
@@ -355,10 +326,10 @@ def _optimizer(walk: Walk, optimizer: Any, known: dict[int, str]) -> None:
     current = optimizer
     for depth in range(MAX_DEPTH):  # a LossScaleOptimizer wraps another
         where = f"optimizer{depth}"
-        keras_object(walk, current, where, known)
+        kerasstep.keras_object(walk, current, where, known)
         schedule = getattr(current, "_learning_rate", None)
         if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
-            keras_object(walk, schedule, f"{where}/learning_rate", known)
+            kerasstep.keras_object(walk, schedule, f"{where}/learning_rate", known)
         trained = [known.get(id(variable)) for variable in getattr(current, "_trainable_variables", ())]
         if any(label is None for label in trained):
             raise Uncacheable(REASON, f"{where} trains variables that are not the model's")
@@ -379,4 +350,4 @@ def _plain(value: Any) -> Any:
     return text
 
 
-__all__ = ["FitStep", "after_hit", "build_state", "fit_step", "keras_object", "uncallable", "walk_step"]
+__all__ = ["FitStep", "after_hit", "build_state", "fit_step", "uncallable", "walk_step"]

@@ -188,7 +188,10 @@ def bind_variables(walk: Walk, variables: list[Any], prefix: str, whose: str) ->
         if not isinstance(value, resource_variable_ops.BaseResourceVariable):
             raise Uncacheable(REASON, f"{whose}'s variable {variable.path} is a {type(value).__name__}, not a "
                                       "resource variable (uninitialized, or another backend's)")
-        walk.value(("variable", index, variable.path, bool(variable.trainable)), f"{prefix}:{index}")
+        walk.value(("variable", index, variable.path, bool(variable.trainable), variable.constraint is None,
+                    variable.regularizer is None), f"{prefix}:{index}")
+        if variable.constraint is not None or variable.regularizer is not None:
+            attached_objects(walk, variable, f"{prefix}:{index}")
         walk.value(value, f"{prefix}:{index}:{variable.path}")  # dtype, shape, device: a binding of the walk
         walk.objects.setdefault(f"{prefix}:{index}:{variable.path}", variable)
 
@@ -264,9 +267,11 @@ def held(walk: Walk, layer: Any, path: str, where: str, known: dict[int, str]) -
             continue
         items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else (value,)
         for index, item in enumerate(items):
-            if not isinstance(item, HELD_KINDS):  # plain values, layers, variables, trackers: nothing to key here
-                continue
             at = f"{path}.{name}" if item is value else f"{path}.{name}[{index}]"
+            if not isinstance(item, HELD_KINDS):
+                if called_object(item) and walk.once(item, at):
+                    keras_object(walk, item, at, known)
+                continue  # plain values, layers, variables, trackers: nothing to key here
             if isinstance(item, types.FunctionType):
                 if not _method_wrapper(item, layer):  # Keras' per-instance build and quantize: the class's is walked
                     walk.value(item, at)
@@ -277,6 +282,58 @@ def held(walk: Walk, layer: Any, path: str, where: str, known: dict[int, str]) -
             else:  # a partial, or a method of an object the walk does not key
                 raise Uncacheable(REASON, f"{where} holds a {type(item).__name__} as {name} (what it calls is not "
                                           "keyed)")
+
+
+def keras_object(walk: Walk, obj: Any, where: str, known: dict[int, str]) -> None:
+    """A Keras object a step reads (optimizer, schedule, loss, metric): class, config, held functions, and a
+    user class's reads off ``self`` (this module's rules for layers)."""
+    cls = type(obj)
+    walk.value(cls, f"{where}/class")
+    try:
+        config = obj.get_config()
+    except Exception as exc:  # a user schedule without get_config (the Transformer tutorial's): its state
+        config = _without_config(walk, obj, where, known, exc)
+    try:
+        walk.value(("config", config_text(config)), where)
+    except Uncacheable as exc:
+        raise Uncacheable(REASON, f"{where} ({cls.__name__}): its config is not plain ({exc.detail})") from None
+    held(walk, obj, where, f"{where} ({cls.__name__})", known)
+    for owner in cls.__mro__:
+        if not is_library(owner.__module__):
+            instance_reads(walk, obj, owner, f"{where} ({cls.__name__})", known)
+
+
+def _without_config(walk: Walk, obj: Any, where: str, known: dict[int, str], failure: BaseException) -> Any:
+    """What keras_object keys in place of a config that fails: an optimizer's config without its schedule (keyed
+    apart), a user schedule's state (modelstate.py); else refused."""
+    import keras
+
+    label = f"{where} ({type(obj).__name__})"
+    if isinstance(obj, keras.optimizers.Optimizer):
+        return modelstate.optimizer_config(obj, label, failure)
+    return modelstate.state(walk, obj, where, label, state_rule(known), failure)
+
+
+def called_object(item: Any) -> bool:
+    """An object of a user class that Keras' own code may call inside a trace: a callable one (an activation), or
+    one of a Keras base class (a regularizer, a constraint, ...). Its config names its class only; its code is
+    what runs (keras_object walks it). Layers and models are keyed as layers, by walk_model."""
+    import keras
+
+    kind = type(item)
+    if is_library(kind.__module__) or isinstance(item, (type, keras.layers.Layer)):
+        return False
+    return callable(item) or any(is_library(base.__module__) and base.__module__.startswith("keras")
+                                 for base in kind.__mro__[1:])
+
+
+def attached_objects(walk: Walk, variable: Any, path: str) -> None:
+    """A Keras variable's constraint (applied after each optimizer update) and regularizer (in the loss): set by
+    ``add_weight``, not always in the layer's config (a user layer's build), so keyed here, as Keras objects."""
+    for name in ("constraint", "regularizer"):
+        attached = getattr(variable, name, None)
+        if attached is not None and walk.once(attached, f"{path}/{name}"):
+            keras_object(walk, attached, f"{path}/{name}", {})
 
 
 def _method_wrapper(item: types.FunctionType, layer: Any) -> bool:

@@ -14,7 +14,7 @@ steps key their model and compile state (kerasstep.py, kerasfit.py):
   before the trace (the trace sets it: hook.py redoes that on a hit, from what the miss's trace set);
 - an **optimizer**: its default distribution strategy; per optimizer (a LossScaleOptimizer's inner one too)
   its class, ``get_config()`` exactly (learning rate, betas, epsilon, clipping, weight decay, loss scale, EMA,
-  gradient accumulation), what it holds (kerasfit.keras_object), a schedule the same way, whether it is
+  gradient accumulation), what it holds (kerasstep.keras_object), a schedule the same way, whether it is
   built, the variables it trains (each by the path the walk first reached it by) and which get weight decay;
   then its variables, bound as ``<path>/keras-optimizer:<index>:<variable path>``;
 - a **loss** or **learning-rate schedule**: class, config, held functions, a user class's reads;
@@ -39,7 +39,7 @@ from typing import Any
 from tensorflow.python.module import module as module_lib
 from tensorflow.python.ops import resource_variable_ops
 
-from . import instance, kerasfit, kerasstep, modelstate
+from . import instance, kerasstep, modelstate
 from .walk import Uncacheable, Walk
 
 REASON = "keras"
@@ -79,11 +79,11 @@ class KerasObjects:
             _optimizer(walk, obj, path)
         elif isinstance(obj, keras.metrics.Metric):
             walk.value(("keras metric", obj.name, [variable.path for variable in obj.variables]), path)
-            kerasfit.keras_object(walk, obj, path, {})
+            kerasstep.keras_object(walk, obj, path, {})
             kerasstep.bind_variables(walk, list(obj.variables), f"{path}/keras-metric", f"metric {obj.name}")
         else:  # a loss, a learning-rate schedule
             walk.value(("keras object",), path)
-            kerasfit.keras_object(walk, obj, path, {})
+            kerasstep.keras_object(walk, obj, path, {})
 
 
 RULE = KerasObjects()
@@ -139,12 +139,12 @@ def _optimizer(walk: Walk, optimizer: Any, path: str) -> None:
         where = f"{path}/optimizer{depth}"
         if getattr(current, "_distribution_strategy", None) is not tf.distribute.get_strategy():
             raise Uncacheable(REASON, f"{where}: the optimizer was made under a distribution strategy")
-        kerasfit.keras_object(walk, current, where, {})
+        kerasstep.keras_object(walk, current, where, {})
         unbuilt = ("unbuilt", id(current)) in walk.before  # as before the trace that built it (building.py)
         walk.value(("optimizer", False if unbuilt else bool(current.built)), where)
         schedule = getattr(current, "_learning_rate", None)
         if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
-            kerasfit.keras_object(walk, schedule, f"{where}/learning_rate", {})
+            kerasstep.keras_object(walk, schedule, f"{where}/learning_rate", {})
         trained = [] if unbuilt else list(getattr(current, "_trainable_variables", ()))
         walk.value(("trains", len(trained)), f"{where}/trains")
         for index, variable in enumerate(trained):  # by the path the walk first reached each by
@@ -165,11 +165,8 @@ def _variable(walk: Walk, variable: Any, path: str) -> None:
     walk.value(("keras variable", type(variable).__qualname__, variable.path, bool(variable.trainable),
                 bool(variable._autocast), str(variable.aggregation), str(variable.synchronization),
                 bool(getattr(variable, "overwrite_with_gradient", False))), path)
-    for name in ("constraint", "regularizer"):
-        attached = getattr(variable, name, None)
-        walk.value((name, attached is None), f"{path}/{name}")
-        if attached is not None:
-            kerasfit.keras_object(walk, attached, f"{path}/{name}", {})
+    walk.value(("attached", variable.constraint is None, variable.regularizer is None), path)
+    kerasstep.attached_objects(walk, variable, path)
     walk.value(value, path)  # a binding of the walk, or a reference to the path it was first reached by
     walk.objects.setdefault(path, variable)
 

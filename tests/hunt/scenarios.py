@@ -15,6 +15,7 @@ from . import (
     sc_keras,
     sc_keras_methods,
     sc_keras_models,
+    sc_keras_objects,
     sc_library_state,
     sc_loops,
     sc_must_hit,
@@ -28,12 +29,14 @@ from .model import Scenario
 
 HUNT: dict[str, Scenario] = {s.name: s for module in (sc_user_library, sc_library_state, sc_files, sc_config,
                                                       sc_paths, sc_process, sc_structure, sc_loops, sc_keras,
-                                                      sc_keras_models, sc_arguments, sc_keras_methods, sc_saved)
+                                                      sc_keras_models, sc_arguments, sc_keras_methods, sc_saved,
+                                                      sc_keras_objects)
                             for s in module.SCENARIOS}
 MUST_HIT: dict[str, Scenario] = {s.name: s for s in [*sc_must_hit.SCENARIOS, *sc_structure.MUST_HIT_SCENARIOS,
                                                      *sc_loops.MUST_HIT_LOOPS, *sc_keras.MUST_HIT_KERAS,
                                                      *sc_keras_models.MUST_HIT_MODELS, *sc_arguments.MUST_HIT_ARGUMENTS,
-                                                     *sc_keras_methods.MUST_HIT_KERAS_METHODS, *sc_saved.MUST_HIT_SAVED]}
+                                                     *sc_keras_methods.MUST_HIT_KERAS_METHODS, *sc_saved.MUST_HIT_SAVED,
+                                                     *sc_keras_objects.MUST_HIT_KERAS_OBJECTS]}
 ALL: dict[str, Scenario] = {**HUNT, **MUST_HIT}
 
 # The default run's share of the hunt: one or two cheap scenarios a class (no Keras: ~3 s a process), one
