@@ -269,7 +269,7 @@ def held(walk: Walk, layer: Any, path: str, where: str, known: dict[int, str]) -
         for index, item in enumerate(items):
             at = f"{path}.{name}" if item is value else f"{path}.{name}[{index}]"
             if not isinstance(item, HELD_KINDS):
-                if called_object(item) and walk.once(item, at):
+                if called_kind(type(item)) and walk.once(item, at):
                     keras_object(walk, item, at, known)
                 continue  # plain values, layers, variables, trackers: nothing to key here
             if isinstance(item, types.FunctionType):
@@ -314,17 +314,17 @@ def _without_config(walk: Walk, obj: Any, where: str, known: dict[int, str], fai
     return modelstate.state(walk, obj, where, label, state_rule(known), failure)
 
 
-def called_object(item: Any) -> bool:
-    """An object of a user class that Keras' own code may call inside a trace: a callable one (an activation), or
-    one of a Keras base class (a regularizer, a constraint, ...). Its config names its class only; its code is
-    what runs (keras_object walks it). Layers and models are keyed as layers, by walk_model."""
+@functools.cache  # by class: held() asks for each of a layer's ~70 attributes, and a model holds few classes
+def called_kind(kind: type) -> bool:
+    """Whether objects of ``kind`` are of a user class that Keras' own code may call inside a trace: a callable one
+    (an activation), or one of a Keras base class (a regularizer, a constraint, ...). Such an object's config names
+    its class only; its code is what runs (keras_object walks it). Layers and models are keyed as layers."""
     import keras
 
-    kind = type(item)
-    if is_library(kind.__module__) or isinstance(item, (type, keras.layers.Layer)):
+    if is_library(kind.__module__) or issubclass(kind, (type, keras.layers.Layer)):
         return False
-    return callable(item) or any(is_library(base.__module__) and base.__module__.startswith("keras")
-                                 for base in kind.__mro__[1:])
+    return any("__call__" in vars(klass) for klass in kind.__mro__[:-1]) or any(
+        is_library(base.__module__) and base.__module__.startswith("keras") for base in kind.__mro__[1:])
 
 
 def attached_objects(walk: Walk, variable: Any, path: str) -> None:

@@ -129,3 +129,46 @@ MUST_HIT_KERAS_OBJECTS = [
     Scenario("hit_keras_user_regularizer", MUST_HIT, program=CONFIGURED, a=Variant("0.5"), b=Variant("0.5"),
              why="an unchanged model with a user regularizer (with a get_config) hits in a later process"),
 ]
+
+SCENARIOS += [
+    Scenario("keras_user_optimizer_update", KERAS_MODEL, program=HEADER + '''
+class Damped(keras.optimizers.SGD):
+    def update_step(self, gradient, variable, learning_rate):
+        super().update_step(gradient * @V@, variable, learning_rate)
+
+
+inputs = keras.Input((4,))
+model = keras.Model(inputs, keras.layers.Dense(2, kernel_initializer="ones")(inputs))
+model.compile(optimizer=Damped(0.5), loss="mse")
+history = model.fit(X, Y, epochs=2, batch_size=2, verbose=0, shuffle=False)
+report(history.history["loss"] + model.get_weights()[0].ravel().tolist())
+''', a=Variant("1.0"), b=Variant("0.25"), why="a user optimizer class's update_step code, under fit"),
+    Scenario("keras_metric_function_global", KERAS_MODEL, program=HEADER + '''
+SCALE = @V@
+
+
+def scaled_error(y_true, y_pred):
+    return keras.ops.mean(keras.ops.abs(y_true - y_pred)) * SCALE
+
+
+inputs = keras.Input((4,))
+model = keras.Model(inputs, keras.layers.Dense(2, kernel_initializer="ones")(inputs))
+model.compile(optimizer="sgd", loss="mse", metrics=[scaled_error])
+report(model.evaluate(X, Y, verbose=0))
+''', a=Variant("1.0"), b=Variant("5.0"), why="a metric given as a plain function that reads a module global"),
+    Scenario("keras_activation_set_after", KERAS_MODEL, program=HEADER + '''
+class Shifted:
+    def __call__(self, x):
+        return x + @V@
+
+    def get_config(self):
+        return {}
+
+
+dense = keras.layers.Dense(2, kernel_initializer="ones")
+inputs = keras.Input((4,))
+model = keras.Model(inputs, dense(inputs))
+dense.activation = Shifted()
+report(model.predict(X, verbose=0))
+''', a=Variant("1.0"), b=Variant("2.0"), why="a callable object assigned as a built layer's activation"),
+]
