@@ -105,7 +105,9 @@ class FleetLog:
             if self._pushing or now - self._last < self.every:
                 return
             self._pushing, self._last = True, now
-        threading.Thread(target=self._push_in_background, name="graphcache-fleet", daemon=True).start()
+        from . import priority  # (imported here: a cache without a fleet never loads it)
+
+        priority.start_thread(self._push_in_background, "graphcache-fleet", daemon=True)  # no GIL handed to it
 
     def _push_in_background(self) -> None:
         try:
