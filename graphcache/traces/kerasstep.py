@@ -267,11 +267,13 @@ def held(walk: Walk, layer: Any, path: str, where: str, known: dict[int, str]) -
             continue
         items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else (value,)
         for index, item in enumerate(items):
-            at = f"{path}.{name}" if item is value else f"{path}.{name}[{index}]"
             if not isinstance(item, HELD_KINDS):
-                if called_kind(type(item)) and walk.once(item, at):
-                    keras_object(walk, item, at, known)
+                if called_kind(type(item)):  # an object of a user class Keras calls (a regularizer, a constraint)
+                    at = f"{path}.{name}" if item is value else f"{path}.{name}[{index}]"
+                    if walk.once(item, at):
+                        keras_object(walk, item, at, known)
                 continue  # plain values, layers, variables, trackers: nothing to key here
+            at = f"{path}.{name}" if item is value else f"{path}.{name}[{index}]"
             if isinstance(item, types.FunctionType):
                 if not _method_wrapper(item, layer):  # Keras' per-instance build and quantize: the class's is walked
                     walk.value(item, at)
