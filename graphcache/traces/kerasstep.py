@@ -21,7 +21,9 @@ instead of the function (walk.py's Walk, so user code is hashed the same way):
   it, so the walk after the trace differs and it is not stored; InputLayers are never called),
   ``autocast``, ``supports_masking``, its call-argument flags; the eager tensors it holds as attributes
   (``Normalization``'s mean and variance: bindings, by value); the functions it holds (an ``activation``
-  of user code is in the config by name only: walked as user code; a ``Lambda``'s function); partials and
+  of user code is in the config by name only: walked as user code; a ``Lambda``'s function); objects of user
+  classes that Keras' code calls (a regularizer, a constraint, a callable activation: ``called_kind``), held
+  or attached to a variable, as Keras objects (``keras_object``: class walked, config or state); partials and
   bound methods of other objects refused;
   layers that run foreign code (``TFSMLayer``, ``TorchModuleWrapper``, ``JaxLayer``, ``FlaxLayer``) refused;
 - for a user class, each ``self.<name>`` its methods read (outside ``__init__``/``build``/config methods):
@@ -261,7 +263,7 @@ def held(walk: Walk, layer: Any, path: str, where: str, known: dict[int, str]) -
     """What any layer holds that its config names only, or not at all: eager tensors it made at build
     (Normalization's mean), by value; functions (an ``activation`` of user code is in the config by name
     only: walked as user code; Keras' own named), also in lists, tuples and dicts; partials and bound methods
-    of them."""
+    of them; objects of user classes Keras calls (``called_kind``), as Keras objects."""
     for name, value in vars(layer).items():
         if type(value) in PLAIN_SCALAR_TYPES:  # most of a layer's ~70 attributes: nothing to key (a hot loop)
             continue
@@ -287,8 +289,9 @@ def held(walk: Walk, layer: Any, path: str, where: str, known: dict[int, str]) -
 
 
 def keras_object(walk: Walk, obj: Any, where: str, known: dict[int, str]) -> None:
-    """A Keras object a step reads (optimizer, schedule, loss, metric): class, config, held functions, and a
-    user class's reads off ``self`` (this module's rules for layers)."""
+    """A Keras object a step reads (optimizer, schedule, loss, metric, or a user regularizer, constraint or
+    activation object a layer or variable holds): class, config, held functions, and a user class's reads off
+    ``self`` (this module's rules for layers)."""
     cls = type(obj)
     walk.value(cls, f"{where}/class")
     try:
