@@ -233,7 +233,7 @@ def _layer(walk: Walk, layer: Any, index: int, known: dict[int, str], path: str,
     except Uncacheable as exc:
         raise Uncacheable(REASON, f"{where}: its config is not plain ({exc.detail})") from None
     held(walk, layer, path, where, known)
-    preprocessing.key_tables(walk, layer, path, where)
+    preprocessing.key_lookup(walk, layer, path)
     if isinstance(layer, keras.layers.Lambda):
         walk.value(layer.function, f"{path}/function")
     for owner in cls.__mro__:
@@ -263,29 +263,69 @@ def held(walk: Walk, layer: Any, path: str, where: str, known: dict[int, str]) -
     """What any layer holds that its config names only, or not at all: eager tensors it made at build
     (Normalization's mean), by value; functions (an ``activation`` of user code is in the config by name
     only: walked as user code; Keras' own named), also in lists, tuples and dicts; partials and bound methods
-    of them; objects of user classes Keras calls (``called_kind``), as Keras objects."""
+    of them; objects of user classes Keras calls (``called_kind``), as Keras objects; lookup tables, by content
+    (preprocessing.key_table). What to do with an attribute, or an item of a container attribute, is looked up by
+    its class (``_role``, cached: a walk meets ~70 attributes a layer, twice for a miss)."""
     for name, value in vars(layer).items():
-        if type(value) in PLAIN_SCALAR_TYPES:  # most of a layer's ~70 attributes: nothing to key (a hot loop)
+        kind = type(value)
+        if kind in PLAIN_SCALAR_TYPES:  # most of a layer's attributes: nothing to key (a hot loop)
             continue
-        items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else (value,)
+        role = _role(kind) if value.__class__ is kind else _role_of(value)  # (a proxy's __class__ is another)
+        if role == _SKIP:
+            continue
+        if role == _TABLE:
+            preprocessing.key_table(walk, value, f"{path}.{name}", f"{where}.{name}")
+            continue
+        items = (value.values() if isinstance(value, dict) else value) if role == _CONTAINER else (value,)
         for index, item in enumerate(items):
-            if not isinstance(item, HELD_KINDS):
-                if called_kind(type(item)):  # an object of a user class Keras calls (a regularizer, a constraint)
-                    at = f"{path}.{name}" if item is value else f"{path}.{name}[{index}]"
-                    if walk.once(item, at):
-                        keras_object(walk, item, at, known)
-                continue  # plain values, layers, variables, trackers: nothing to key here
+            item_role = role if item is value else _role(type(item)) if item.__class__ is type(item) else \
+                _role_of(item)
+            if item_role in (_SKIP, _CONTAINER, _TABLE):
+                continue  # plain values, layers, variables, trackers (and containers in containers): nothing to key
             at = f"{path}.{name}" if item is value else f"{path}.{name}[{index}]"
-            if isinstance(item, types.FunctionType):
-                if not _method_wrapper(item, layer):  # Keras' per-instance build and quantize: the class's is walked
-                    walk.value(item, at)
-            elif isinstance(item, ops.EagerTensor):
-                walk.value(item, at)
-            elif isinstance(item, types.MethodType) and id(item.__self__) in known:
-                walk.value(item.__func__, at)
-            else:  # a partial, or a method of an object the walk does not key
-                raise Uncacheable(REASON, f"{where} holds a {type(item).__name__} as {name} (what it calls is not "
-                                          "keyed)")
+            _held_item(walk, layer, item, item_role, name, at, known, where)
+
+
+def _held_item(walk: Walk, layer: Any, item: Any, role: int, name: str, at: str, known: dict[int, str],
+               where: str) -> None:
+    if role == _CALLED:  # an object of a user class Keras calls (a regularizer, a constraint)
+        if walk.once(item, at):
+            keras_object(walk, item, at, known)
+    elif isinstance(item, types.FunctionType):
+        if not _method_wrapper(item, layer):  # Keras' per-instance build and quantize: the class's is walked
+            walk.value(item, at)
+    elif isinstance(item, ops.EagerTensor):
+        walk.value(item, at)
+    elif isinstance(item, types.MethodType) and id(item.__self__) in known:
+        walk.value(item.__func__, at)
+    else:  # a partial, or a method of an object the walk does not key
+        raise Uncacheable(REASON, f"{where} holds a {type(item).__name__} as {name} (what it calls is not keyed)")
+
+
+# What held() does with an attribute, or an item of a list, tuple or dict attribute, by its class.
+_SKIP, _CONTAINER, _TABLE, _HELD, _CALLED = range(5)
+
+
+@functools.cache  # by class: held() asks for each of a layer's ~70 attributes, and a model holds few classes
+def _role(kind: type) -> int:
+    if issubclass(kind, (dict, list, tuple)):
+        return _CONTAINER
+    if issubclass(kind, HELD_KINDS):
+        return _HELD
+    if issubclass(kind, preprocessing.TABLE_INTERFACE):
+        return _TABLE
+    return _CALLED if called_kind(kind) else _SKIP
+
+
+def _role_of(value: Any) -> int:
+    """``_role`` of an object whose ``__class__`` is not its type (a proxy's): isinstance sees both, so it is asked."""
+    if isinstance(value, (dict, list, tuple)):
+        return _CONTAINER
+    if isinstance(value, HELD_KINDS):
+        return _HELD
+    if isinstance(value, preprocessing.TABLE_INTERFACE):
+        return _TABLE
+    return _CALLED if called_kind(type(value)) else _SKIP
 
 
 def keras_object(walk: Walk, obj: Any, where: str, known: dict[int, str]) -> None:

@@ -8,7 +8,7 @@ vocabulary ``adapt`` made is no config value: ``get_config()`` names the vocabul
 
 - an unbuilt ``IndexLookup`` layer (Keras' class of ``StringLookup`` and ``IntegerLookup``) is not refused as
   unbuilt: it has no ``build`` of its own (modelstate.builds_nothing);
-- ``key_tables``: every lookup table a layer holds (``lookup_table``, ``adapt``'s ``token_counts``) of TensorFlow's
+- ``key_table``: every lookup table a layer holds as an attribute (kerasstep.held finds them) (``lookup_table``, ``adapt``'s ``token_counts``) of TensorFlow's
   own classes: its class, key and value dtypes, default value (an eager tensor the lookup captures), size and content (the (key, value) pairs sorted
   by key, hashed): another vocabulary, or the same words in another order (other indices), is another key. Its
   resource handle is a binding of the walk (``<path>.<attribute>``): a hit binds this process's table, of the same
@@ -29,12 +29,12 @@ import numpy as np
 import xxhash
 from tensorflow.python.ops import lookup_ops
 
-from .topology import PLAIN_SCALAR_TYPES
 from .walk import Uncacheable, Walk
 
 REASON = "keras"
 MAX_ENTRIES = 10_000_000  # a vocabulary's pairs are exported and hashed at every key: bigger ones are refused
 TABLE_CLASSES = (lookup_ops.StaticHashTable, lookup_ops.MutableHashTable)
+TABLE_INTERFACE = lookup_ops.LookupInterface  # what a layer may hold as a table (other classes refused)
 LOOKUP_SCALARS = ("_frozen_vocab_size", "_default_value", "_key_dtype", "_value_dtype")
 
 
@@ -44,17 +44,14 @@ def _index_lookup() -> type:
     return IndexLookup
 
 
-def key_tables(walk: Walk, layer: Any, path: str, where: str) -> None:
-    """Every lookup table ``layer`` holds, by content, its handle bound (see the module docstring); an IndexLookup's
-    call-time scalars."""
+def key_lookup(walk: Walk, layer: Any, path: str) -> None:
+    """An IndexLookup's call-time scalars (its tables are keyed where the layer holds them: ``key_table``)."""
     if isinstance(layer, _index_lookup()):
         walk.value(("index lookup", [repr(getattr(layer, name, None)) for name in LOOKUP_SCALARS]), f"{path}/lookup")
-    for name, value in vars(layer).items():
-        if type(value) not in PLAIN_SCALAR_TYPES and isinstance(value, lookup_ops.LookupInterface):
-            _table(walk, value, f"{path}.{name}", f"{where}.{name}")
 
 
-def _table(walk: Walk, table: Any, path: str, where: str) -> None:
+def key_table(walk: Walk, table: Any, path: str, where: str) -> None:
+    """A lookup table a layer holds as an attribute (kerasstep.held finds them), by content, its handle bound."""
     if type(table) not in TABLE_CLASSES:
         raise Uncacheable(REASON, f"{where} is a {type(table).__qualname__} (a lookup table of another class: its "
                                   "content is not keyed)")
@@ -94,4 +91,4 @@ def content_digest(keys: np.ndarray, values: np.ndarray) -> str:
     return hasher.hexdigest()
 
 
-__all__ = ["content_digest", "key_tables"]
+__all__ = ["TABLE_INTERFACE", "content_digest", "key_lookup", "key_table"]

@@ -36,6 +36,7 @@ STATE_READERS = {"numpy": ("load", "loadtxt", "genfromtxt", "fromfile", "fromreg
                            "savez_compressed", "savetxt", "DataSource")}
 
 
+@functools.cache  # by module name: a walk asks for each function it reaches
 def is_stateful(module_name: str) -> bool:
     """Whether code of ``module_name`` reads or changes process state (or reads files)."""
     top = module_name.partition(".")[0].lstrip("_")  # _random, _thread, _io: the C halves
