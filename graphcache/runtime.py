@@ -10,7 +10,8 @@ once per process lives in ``state``:
   goes through), and the plugin modules registered beyond graphcache's own; ``patched``: what graphcache wrapped in TensorFlow, by name, with the original, so it is
   wrapped once; ``collecting``: the run metadata or graph collection the program itself has on (a miss then
   leaves TensorFlow's collector alone: functions/usercollect.py); ``library_writes``: attributes set on a trusted
-  library's modules since traces were enabled (keyed: traces/libwrites.py);
+  library's modules since traces were enabled (keyed: traces/libwrites.py), ``library_watch``: those modules' dicts
+  as last compared;
 - ``warned``: the kinds of failure already warned about (core/failures.py: a failing disk warns once);
 - ``writers``, ``tiers``, ``deferred``, ``fleet_logs``: background writes, remote tiers with uploads,
   deferred builds and counters owed to the fleet still pending, which the exit drain finishes
@@ -40,6 +41,7 @@ class ProcessState:
         self.collecting: set[str] = set()
         # (module, attribute) the program set on a trusted library's modules (traces/libwrites.py)
         self.library_writes: set[tuple[str, str]] = set()
+        self.library_watch: Any = None  # the trusted modules' dicts as last compared (traces/libwrites.py)
         self.warned: set[str] = set()
         self.warned_lock = threading.Lock()
         # Weak: a writer, tier or build nobody holds any more has nothing pending (its threads hold it otherwise).

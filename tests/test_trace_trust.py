@@ -145,8 +145,8 @@ def test_an_attribute_the_program_sets_on_a_trusted_module_is_keyed_by_its_value
     untouched = digest()
     original = api.relu
     monkeypatch.setattr(api, "relu", lambda features, name=None: original(features, name) * 2.0)
-    assert (api.__name__, "relu") in runtime.state.library_writes
     doubled = digest()
+    assert (api.__name__, "relu") in runtime.state.library_writes  # noted by the key that saw the write
     assert doubled != untouched
     monkeypatch.setattr(api, "relu", lambda features, name=None: original(features, name) * 3.0)
     assert digest() not in (doubled, untouched)  # keyed by its code

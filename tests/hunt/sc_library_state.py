@@ -66,6 +66,18 @@ model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="r
 report(model.predict(np.ones((1, 3), "float32"), verbose=0))
 ''', a=Variant("False"), b=Variant("True"), why="a function the program set on a trusted library's module "
                                                   "(tf.nn.relu), called by untouched library code while tracing"),
+    Scenario("library_module_dict_patched", LIBRARY_STATE, program='''
+import numpy as np
+import tensorflow as tf
+import keras
+if @V@:  # written into the module's __dict__: no __setattr__ runs
+    original_relu = tf.nn.relu
+    vars(tf.nn)["relu"] = lambda features, name=None: original_relu(features, name) * 2.0
+keras.utils.set_random_seed(0)
+model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="relu", kernel_initializer="ones")])
+report(model.predict(np.ones((1, 3), "float32"), verbose=0))
+''', a=Variant("False"), b=Variant("True"), why="a function the program wrote into a trusted library module's "
+                                                  "__dict__ (tf.nn.relu), called by untouched library code"),
     Scenario("init_scope_variable_value", LIBRARY_STATE, program='''
 import tensorflow as tf
 v = tf.Variable(@V@)
