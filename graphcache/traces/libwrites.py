@@ -133,10 +133,15 @@ def own_globals(module_name: str) -> frozenset[str]:
     stack = [code] if code is not None else []
     while stack:
         current = stack.pop()
-        names.update(instruction.argval for instruction in dis.get_instructions(current)
-                     if instruction.opname in ("STORE_GLOBAL", "DELETE_GLOBAL"))
+        opcodes = current.co_code[0::2]  # (opcode, argument) byte pairs; inline caches are opcode 0
+        if _STORE_GLOBAL in opcodes or _DELETE_GLOBAL in opcodes:  # a scan in C: most code has no ``global``
+            names.update(instruction.argval for instruction in dis.get_instructions(current)
+                         if instruction.opcode in (_STORE_GLOBAL, _DELETE_GLOBAL))
         stack.extend(const for const in current.co_consts if isinstance(const, types.CodeType))
     return frozenset(names)
+
+
+_STORE_GLOBAL, _DELETE_GLOBAL = dis.opmap["STORE_GLOBAL"], dis.opmap["DELETE_GLOBAL"]
 
 
 def install() -> None:
