@@ -101,3 +101,44 @@ def test_called_kind_is_for_user_objects_keras_calls_only():
     assert not called_kind(keras.regularizers.L2), "Keras' own: named, its config keyed"
     assert not called_kind(keras.layers.Dense), "a layer is keyed as a layer"
     assert not called_kind(type("Plain", (), {"__module__": "user_objects"})), "neither callable nor Keras'"
+
+
+
+class _Proxy:
+    """A stand-in whose ``__class__`` is the wrapped object's and whose attributes are its (as wrapt's ObjectProxy):
+    ``isinstance`` believes it, ``type`` does not."""
+
+    def __init__(self, wrapped: Any) -> None:
+        object.__setattr__(self, "_wrapped", wrapped)
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        return type(self._wrapped)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._wrapped, name)
+
+    def __call__(self, *args: Any) -> Any:
+        return self._wrapped(*args)
+
+
+def _held_key(helper: Any) -> str:
+    from graphcache.traces import kerasstep
+    from graphcache.traces.walk import Walk
+
+    keras.backend.clear_session()
+    inputs = keras.Input((4,))
+    dense = keras.layers.Dense(2, name="dense")
+    model = keras.Model(inputs, dense(inputs))
+    dense.helper = helper
+    walk = Walk()
+    kerasstep.walk_model(walk, model, kerasstep.model_objects(model))
+    return walk.digest()
+
+
+def test_a_proxy_a_layer_holds_is_judged_as_isinstance_judges_it():
+    """held() looks a held object's role up by class; a proxy's type is not its ``__class__``, so it is asked as
+    isinstance asks: a proxied function is keyed as the function it stands for, never passed over."""
+    one, two = (_classes(factor)["Shifted"]().__call__.__func__ for factor in (1.0, 2.0))
+    assert _held_key(_Proxy(one)) == _held_key(_Proxy(one))
+    assert _held_key(_Proxy(one)) != _held_key(_Proxy(two)), "another function behind the proxy: another key"
