@@ -270,7 +270,7 @@ def held(walk: Walk, layer: Any, path: str, where: str, known: dict[int, str]) -
         kind = type(value)
         if kind in PLAIN_SCALAR_TYPES:  # most of a layer's attributes: nothing to key (a hot loop)
             continue
-        role = _role(kind) if value.__class__ is kind else _role_of(value)  # (a proxy's __class__ is another)
+        role = _role(kind) if value.__class__ is kind else _role_of(value)  # _role_of, inlined: the hot loop
         if role == _SKIP:
             continue
         if role == _TABLE:
@@ -278,8 +278,7 @@ def held(walk: Walk, layer: Any, path: str, where: str, known: dict[int, str]) -
             continue
         items = (value.values() if isinstance(value, dict) else value) if role == _CONTAINER else (value,)
         for index, item in enumerate(items):
-            item_role = role if item is value else _role(type(item)) if item.__class__ is type(item) else \
-                _role_of(item)
+            item_role = role if item is value else _role_of(item)
             if item_role in (_SKIP, _CONTAINER, _TABLE):
                 continue  # plain values, layers, variables, trackers (and containers in containers): nothing to key
             at = f"{path}.{name}" if item is value else f"{path}.{name}[{index}]"
@@ -318,9 +317,12 @@ def _role(kind: type) -> int:
 
 
 def _role_of(value: Any) -> int:
-    """``_role`` of an object whose ``__class__`` is not its type (a proxy's): isinstance sees both classes, so the
-    first of their two roles in ``_role``'s order."""
-    both = (_role(type(value)), _role(value.__class__))
+    """``_role`` of an object's class; of a proxy's (its ``__class__`` is not its type) the first in ``_role``'s order
+    of its two classes' roles, as isinstance sees both."""
+    kind = type(value)
+    if value.__class__ is kind:
+        return _role(kind)
+    both = (_role(kind), _role(value.__class__))
     return next((role for role in _ROLE_ORDER if role in both), _SKIP)
 
 

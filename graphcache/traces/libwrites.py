@@ -72,11 +72,11 @@ class _Noted:
 
     def written(self) -> set[str]:
         """The names whose value is another object than at the note (identity: ``==`` could run user code, and
-        ``5 == 5.0`` traces another graph), added or removed; the note renewed."""
-        before, now = self.copy, self.entries.copy()
-        changed = {name for name, value in now.items() if before.get(name, _MISSING) is not value}
-        changed.update(before.keys() - now.keys())
+        ``5 == 5.0`` traces another graph), added or removed; the note renewed (its copy is what is compared)."""
+        before = self.copy
         self.renew()
+        changed = {name for name, value in self.copy.items() if before.get(name, _MISSING) is not value}
+        changed.update(before.keys() - self.copy.keys())
         return changed - own_globals(self.module.__name__) - INTERPRETER_STATE
 
 

@@ -8,8 +8,8 @@ vocabulary ``adapt`` made is no config value: ``get_config()`` names the vocabul
 
 - an unbuilt ``IndexLookup`` layer (Keras' class of ``StringLookup`` and ``IntegerLookup``) is not refused as
   unbuilt: it has no ``build`` of its own (modelstate.builds_nothing);
-- ``key_table``: every lookup table a layer holds as an attribute (kerasstep.held finds them) (``lookup_table``, ``adapt``'s ``token_counts``) of TensorFlow's
-  own classes: its class, key and value dtypes, default value (an eager tensor the lookup captures), size and content (the (key, value) pairs sorted
+- ``key_table``: every lookup table a layer holds as an attribute (``lookup_table``, ``adapt``'s ``token_counts``;
+  kerasstep.held finds them) of TensorFlow's own classes: its class, key and value dtypes, default value (an eager tensor the lookup captures), size and content (the (key, value) pairs sorted
   by key, hashed): another vocabulary, or the same words in another order (other indices), is another key. Its
   resource handle is a binding of the walk (``<path>.<attribute>``): a hit binds this process's table, of the same
   content, by that path. A table of another class (a user's), one whose content cannot be read (uninitialized),
