@@ -81,6 +81,31 @@ def test_the_librarys_assignments_to_its_own_globals_are_not_the_programs(monkey
         tf.config.run_functions_eagerly(False)
 
 
+def test_own_globals_reads_every_global_assignment_beyond_the_first_256_names(tmp_path, monkeypatch):
+    """A module with more than 256 names: its ``global`` assignment's name index takes an EXTENDED_ARG prefix."""
+    from graphcache.traces import libwrites
+
+    filler = "\n".join(f"name{number} = {number}" for number in range(300))
+    total = " + ".join(f"name{number}" for number in range(299))  # the function's first 299 names
+    (tmp_path / "manynames.py").write_text(filler + textwrap.dedent(f"""
+        def set_last(value):
+            global last_set, name299
+            last_set = value + {total}
+            del name299
+        class Holder:
+            def reset(self):
+                global holder_state
+                holder_state = None
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import manynames  # noqa: F401
+
+    try:
+        assert libwrites.own_globals("manynames") == {"last_set", "name299", "holder_state"}
+    finally:
+        sys.modules.pop("manynames", None)
+
+
 def test_where_tags_cannot_be_read_the_modules_note_their_writes_themselves():
     code = textwrap.dedent("""
         import types

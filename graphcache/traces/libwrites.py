@@ -135,13 +135,25 @@ def own_globals(module_name: str) -> frozenset[str]:
         current = stack.pop()
         opcodes = current.co_code[0::2]  # (opcode, argument) byte pairs; inline caches are opcode 0
         if _STORE_GLOBAL in opcodes or _DELETE_GLOBAL in opcodes:  # a scan in C: most code has no ``global``
-            names.update(instruction.argval for instruction in dis.get_instructions(current)
-                         if instruction.opcode in (_STORE_GLOBAL, _DELETE_GLOBAL))
+            names.update(_assigned_globals(current))
         stack.extend(const for const in current.co_consts if isinstance(const, types.CodeType))
     return frozenset(names)
 
 
-_STORE_GLOBAL, _DELETE_GLOBAL = dis.opmap["STORE_GLOBAL"], dis.opmap["DELETE_GLOBAL"]
+def _assigned_globals(code: types.CodeType) -> set[str]:
+    """The names ``code`` stores or deletes as globals: its instructions decoded by hand (``dis`` builds an object
+    per instruction, ~2 ms on TensorFlow's context.py; a first key meets a few such modules)."""
+    names, raw, extended = set(), code.co_code, 0
+    for at in range(0, len(raw), 2):
+        opcode, argument = raw[at], raw[at + 1] | extended
+        extended = argument << 8 if opcode == _EXTENDED_ARG else 0
+        if opcode in (_STORE_GLOBAL, _DELETE_GLOBAL):  # their argument indexes co_names (3.11-3.13)
+            names.add(code.co_names[argument])
+    return names
+
+
+_STORE_GLOBAL, _DELETE_GLOBAL, _EXTENDED_ARG = (dis.opmap[name] for name in (
+    "STORE_GLOBAL", "DELETE_GLOBAL", "EXTENDED_ARG"))
 
 
 def install() -> None:
