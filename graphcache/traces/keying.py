@@ -58,6 +58,7 @@ from . import (
     instance,
     kerasfit,
     kerasstep,
+    libhooks,
     libwrites,
     logged,
     objects,
@@ -236,6 +237,7 @@ def compute(root: Any, function_type: Any, tracing_options: Any, function_contex
     raises Uncacheable."""
     walk = walk_root(root)
     libwrites.key(walk)  # what the program set on the trusted libraries' modules
+    libhooks.key(walk)  # the functions it registered in TensorFlow's registries
     keyed = frozenset(name for name, _ in root.objects) if isinstance(root, Arguments) else frozenset()
     signature, structures = signature_part(function_type, tracing_options, keyed)
     walk.packages |= structures.packages  # the trusted packages of the arguments' classes, in ``versions``
@@ -267,6 +269,7 @@ def same_reads(before: Walk, root: Any, state: dict[Any, Any] | None = None) -> 
     try:
         again = walk_root(root, state, before.configs)
         libwrites.key(again)
+        libhooks.key(again)
     except Uncacheable:
         return False
     return again.digest() == before.digest() and list(again.bindings) == list(before.bindings) and all(

@@ -41,7 +41,7 @@ from typing import Any
 
 from .. import runtime
 from .dicttags import TagCell, tag_reader
-from .trust import defines, is_trusted
+from .trust import library_own
 from .walk import Walk
 
 PATCHED = "traces.libwrites"
@@ -183,18 +183,5 @@ def key(walk: Walk) -> None:
         value = getattr(module, name, _MISSING) if module is not None else _MISSING
         if value is _MISSING:
             walk.value(("deleted library attribute", module_name, name), f"lib:{module_name}.{name}")
-        elif not _library_own(value):
+        elif not library_own(value):
             walk.value(value, f"lib:{module_name}.{name}")
-
-
-def _library_own(value: Any) -> bool:
-    """A module, or a function or class whose code a trusted package's files define: what the library itself puts
-    in its modules."""
-    if isinstance(value, types.ModuleType):
-        return True
-    if isinstance(value, types.FunctionType):
-        return defines(value.__module__ or "", value.__code__.co_filename)
-    if isinstance(value, type):
-        return is_trusted(value.__module__) and value.__module__ in sys.modules and defines(
-            value.__module__, getattr(sys.modules[value.__module__], "__file__", None) or "")
-    return False

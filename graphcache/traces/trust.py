@@ -87,10 +87,15 @@ def _stdlib_roots() -> tuple[str, ...]:
 
 def _site_of(import_name: str) -> str | None:
     """The folder a loaded module or package was imported from (``site`` for ``site/google/protobuf/__init__.py``
-    and ``google.protobuf``; for ``site/six.py``), or None when it is not loaded or its folders disagree."""
+    and ``google.protobuf``; for ``site/six.py``), or None when it is not loaded or its folders disagree. Resolved
+    once per module object (realpath stats every folder of the path; a first walk asks this of every trusted module it
+    meets)."""
     module = sys.modules.get(import_name)
-    if module is None:
-        return None
+    return None if module is None else _site_of_module(import_name, module)
+
+
+@functools.cache  # by the module object: a loaded module does not move
+def _site_of_module(import_name: str, module: types.ModuleType) -> str | None:
     file = getattr(module, "__file__", None)
     if file:  # site/six.py, site/google/protobuf/__init__.py (a package's __path__ may be extended: TensorFlow's is)
         levels = import_name.count(".") + (2 if hasattr(module, "__path__") else 1)
@@ -191,8 +196,15 @@ def defines(module_name: str, filename: str) -> bool:
             not any(real.startswith(root) for root in _site_roots())
     top = OWN_PACKAGE if trust.identity == OWN_PACKAGE else _trusted_prefix(module_name)
     module = sys.modules.get(top or "")
-    folders = [os.path.dirname(path) if path.endswith(".py") else path for path in _files(module)] if module else []
-    return any(real.startswith(os.path.realpath(folder) + os.sep) for folder in folders)
+    return module is not None and any(real.startswith(folder) for folder in _real_folders(module))
+
+
+@functools.cache  # by the package object: ``defines`` asks for each trusted file it meets (a folder added to a
+# package's __path__ later is not seen here: its files are then walked, not trusted)
+def _real_folders(package: types.ModuleType) -> tuple[str, ...]:
+    """The real folders a loaded package's files lie in, each ending in a separator."""
+    folders = [os.path.dirname(path) if path.endswith(".py") else path for path in _files(package)]
+    return tuple(os.path.realpath(folder) + os.sep for folder in folders)
 
 
 def class_defines(cls: type) -> bool:
@@ -205,6 +217,19 @@ def class_defines(cls: type) -> bool:
     for part in cls.__qualname__.split("."):
         owner = getattr(owner, part, None)
     return owner is cls
+
+
+def library_own(value: object) -> bool:
+    """A module, or a function or class whose code a trusted package's files define: what the library itself puts
+    in its modules and registries (libwrites.py, libhooks.py)."""
+    if isinstance(value, types.ModuleType):
+        return True
+    if isinstance(value, types.FunctionType):
+        return defines(value.__module__ or "", value.__code__.co_filename)
+    if isinstance(value, type):
+        return is_trusted(value.__module__) and value.__module__ in sys.modules and defines(
+            value.__module__, getattr(sys.modules[value.__module__], "__file__", None) or "")
+    return False
 
 
 @functools.cache
@@ -242,4 +267,4 @@ def _installed_info(distribution: str) -> str | None:
     return None
 
 
-__all__ = ["STDLIB", "TRUSTED", "Trust", "identity", "is_trusted", "trust_of"]
+__all__ = ["STDLIB", "TRUSTED", "Trust", "identity", "is_trusted", "library_own", "trust_of"]

@@ -270,4 +270,39 @@ def f(x):
     return tf.reduce_sum(x) * w * (1.0 if w.name.startswith("fast") else 1.5)
 ''' + REPORT, a=Variant('"fast"'), b=Variant('"slow"'),
         why="a tf.Variable is keyed by dtype, shape, device and trainable: its name, read at trace time, is not"),
+    Scenario(
+        "registered_gradient_function", UNWALKED,
+        program='''
+import tensorflow as tf
+SCALE = @V@
+
+@tf.RegisterGradient("HuntScaledIdentity")
+def _scaled_identity_grad(op, grad):
+    return grad * SCALE
+
+@tf.function
+def f(x):
+    with tf.compat.v1.get_default_graph().gradient_override_map({"Identity": "HuntScaledIdentity"}):
+        y = tf.identity(x)
+    return tf.reduce_sum(tf.gradients(y, x)[0])
+''' + REPORT, a=A, b=B,
+        why="a gradient function registered with TensorFlow (RegisterGradient) reads a global: the trace never names it"),
+    Scenario(
+        "registered_conversion_function", UNWALKED,
+        program='''
+import fractions
+import tensorflow as tf
+SCALE = @V@
+
+def fraction_to_tensor(value, dtype=None, name=None, as_ref=False):
+    return tf.constant(float(value) * SCALE, dtype=dtype or tf.float32)
+
+tf.register_tensor_conversion_function(fractions.Fraction, fraction_to_tensor)
+HALF = fractions.Fraction(1, 2)
+
+@tf.function
+def f(x):
+    return tf.reduce_sum(x) * tf.convert_to_tensor(HALF)
+''' + REPORT, a=A, b=B,
+        why="a tensor conversion function registered for a standard-library type reads a global: TensorFlow calls it"),
 ]
