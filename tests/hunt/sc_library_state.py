@@ -217,4 +217,37 @@ history = model.fit(np.ones((4, 2), np.float32), np.zeros((4, 1), np.float32), b
                     verbose=0, shuffle=False)
 report([history.history["loss"][0], *model.layers[1].kernel.numpy().ravel()])
 ''', a=A, b=B, why="model.fit with a loss a library factory made: named, its closure not keyed"),
+    Scenario(
+        "library_class_method_patched", LIBRARY_STATE,
+        program='''
+import tensorflow as tf
+from tensorflow.python.framework import tensor as tensor_lib
+_multiply = tensor_lib.Tensor.__mul__
+
+def scaled_multiply(a, b):
+    return tf.multiply(_multiply(a, b), @V@)
+
+tensor_lib.Tensor.__mul__ = scaled_multiply
+
+@tf.function
+def f(x):
+    return tf.reduce_sum(x * 2.0)
+
+report(f(tf.ones([4])))
+''', a=A, b=B, why="a method of a TensorFlow class replaced by the program (tf.Tensor.__mul__): libwrites.py "
+                     "watches the libraries' module dicts, not their classes' dicts"),
+    Scenario(
+        "keras_layer_class_method_patched", LIBRARY_STATE,
+        program='''
+import keras
+import tensorflow as tf
+_call = keras.layers.Dense.call
+
+def scaled_call(self, inputs, training=None):
+    return _call(self, inputs) * @V@
+
+keras.layers.Dense.call = scaled_call
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, kernel_initializer="ones")])
+report(model.predict(tf.ones([1, 4]), verbose=0))
+''', a=A, b=B, why="control: Keras' Dense.call replaced by the program: Dense no longer is its module's own class"),
 ]
