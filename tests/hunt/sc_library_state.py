@@ -250,4 +250,15 @@ keras.layers.Dense.call = scaled_call
 model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, kernel_initializer="ones")])
 report(model.predict(tf.ones([1, 4]), verbose=0))
 ''', a=A, b=B, why="control: Keras' Dense.call replaced by the program: Dense no longer is its module's own class"),
+    Scenario(
+        "library_function_defaults_patched", LIBRARY_STATE,
+        program='''
+import keras
+import tensorflow as tf
+keras.activations.gelu.__defaults__ = (@V@,)
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="gelu", kernel_initializer="ones")])
+report(model.predict(tf.constant([[0.5, -1.0, 0.25, 2.0]]), verbose=0))
+''', a=Variant("True"), b=Variant("False"),
+        why="a Keras function's defaults replaced by the program (gelu's approximate): the function is named by "
+            "identity, its mutable attributes are not keyed"),
 ]
