@@ -231,13 +231,21 @@ def walk_root(root: Any, before: dict[Any, Any] | None = None, reuse_configs: di
     return walk
 
 
+def walk_reads(root: Any, before: dict[Any, Any] | None = None, reuse_configs: dict[str, Any] | None = None) -> Walk:
+    """``walk_root``, and what the program set on the trusted libraries: their modules' attributes (libwrites.py) and
+    the functions it registered in TensorFlow's registries (libhooks.py). The key and the walk after a miss's trace
+    both take this one, so that they always cover the same reads."""
+    walk = walk_root(root, before, reuse_configs)
+    libwrites.key(walk)
+    libhooks.key(walk)
+    return walk
+
+
 def compute(root: Any, function_type: Any, tracing_options: Any, function_context_now: Any,
             identity_hash: str) -> TraceKey:
     """The key of tracing ``root`` (the user's Python function or a Keras predict step) for ``function_type``;
     raises Uncacheable."""
-    walk = walk_root(root)
-    libwrites.key(walk)  # what the program set on the trusted libraries' modules
-    libhooks.key(walk)  # the functions it registered in TensorFlow's registries
+    walk = walk_reads(root)
     keyed = frozenset(name for name, _ in root.objects) if isinstance(root, Arguments) else frozenset()
     signature, structures = signature_part(function_type, tracing_options, keyed)
     walk.packages |= structures.packages  # the trusted packages of the arguments' classes, in ``versions``
@@ -267,9 +275,7 @@ def same_reads(before: Walk, root: Any, state: dict[Any, Any] | None = None) -> 
     state objects.py keys as it was before the trace, ``state``: the ``_called`` of the layers it called, the
     optimizers it built without making variables, which a hit redoes)."""
     try:
-        again = walk_root(root, state, before.configs)
-        libwrites.key(again)
-        libhooks.key(again)
+        again = walk_reads(root, state, before.configs)
     except Uncacheable:
         return False
     return again.digest() == before.digest() and list(again.bindings) == list(before.bindings) and all(
